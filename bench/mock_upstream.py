@@ -1,0 +1,335 @@
+"""A fast mock of an OpenAI-compatible upstream, for the gateway benchmark.
+
+One process, a raw asyncio protocol (uvloop when importable) and a minimal HTTP/1.1 parser:
+keep-alive, pipelining, Content-Length request bodies. Responses are rendered once per
+(model, kind) and only the completion id changes per request, so the mock stays far from
+being the bottleneck of anything it is measured against.
+
+    POST /v1/completions   JSON completion; with "stream": true an SSE stream of N chunks
+                           (chunked transfer-encoding), a usage chunk when
+                           stream_options.include_usage, then `data: [DONE]`
+    GET  /health           200
+    GET  /v1/models        the one mock model
+
+Run: python bench/mock_upstream.py --port 9001 [--chunks 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+try:
+    import orjson
+
+    def dumps(obj: Any) -> bytes:
+        return orjson.dumps(obj)
+
+    loads: Callable[[bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - the venv has orjson
+
+    def dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    loads = json.loads
+
+MAX_HEAD_BYTES = 64 * 1024
+MAX_BODY_BYTES = 16 * 1024 * 1024
+ID_PLACEHOLDER = b"cmpl-" + b"#" * 24  # same length as every real id, so sizes stay valid
+COMPLETION_TEXT = " This is a test. This is a test. This is a test. This is a test."
+COMPLETION_TOKENS = 16
+PROMPT_TOKENS = 5
+STREAM_TOKENS = (" This", " is", " a", " test", ".")
+MAX_CACHED_MODELS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    method: bytes
+    path: bytes
+    keep_alive: bool
+    length: int
+    expect_continue: bool
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# ---------------------------------------------------------------- response rendering
+
+REASONS = {
+    200: b"OK",
+    400: b"Bad Request",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    413: b"Payload Too Large",
+    431: b"Request Header Fields Too Large",
+    501: b"Not Implemented",
+}
+
+
+def http_response(status: int, body: bytes, content_type: bytes = b"application/json") -> bytes:
+    head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
+        status,
+        REASONS.get(status, b"Unknown"),
+        content_type,
+        len(body),
+    )
+    return head + body
+
+
+def error_response(status: int, message: str) -> bytes:
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+    return http_response(status, dumps({"error": error}))
+
+
+def completion_body(model: str, created: int) -> bytes:
+    return dumps(
+        {
+            "id": ID_PLACEHOLDER.decode(),
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {"text": COMPLETION_TEXT, "index": 0, "logprobs": None, "finish_reason": "length"}
+            ],
+            "usage": usage(COMPLETION_TOKENS),
+        }
+    )
+
+
+def usage(completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": PROMPT_TOKENS,
+        "completion_tokens": completion_tokens,
+        "total_tokens": PROMPT_TOKENS + completion_tokens,
+    }
+
+
+def stream_events(model: str, created: int, chunks: int, include_usage: bool) -> list[bytes]:
+    base = {"id": ID_PLACEHOLDER.decode(), "object": "text_completion", "created": created}
+    extra: dict[str, Any] = {"usage": None} if include_usage else {}
+    events = []
+    for i in range(chunks):
+        finish = "length" if i == chunks - 1 else None
+        choice = {
+            "text": STREAM_TOKENS[i % len(STREAM_TOKENS)],
+            "index": 0,
+            "logprobs": None,
+            "finish_reason": finish,
+        }
+        events.append(dumps({**base, "model": model, "choices": [choice], **extra}))
+    if include_usage:
+        events.append(dumps({**base, "model": model, "choices": [], "usage": usage(chunks)}))
+    events.append(b"[DONE]")
+    return [b"data: " + event + b"\n\n" for event in events]
+
+
+def chunked_stream_response(events: list[bytes]) -> bytes:
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    parts = [b"%x\r\n%s\r\n" % (len(event), event) for event in events]
+    return head + b"".join(parts) + b"0\r\n\r\n"
+
+
+class Renderer:
+    """Renders each response once per (model, kind); per request only the id is replaced."""
+
+    def __init__(self, chunks: int) -> None:
+        self.chunks = chunks
+        self.created = int(time.time())
+        self.cache: dict[tuple[str, str], bytes] = {}
+        self.ids = itertools.count(1)
+
+    def completion(self, model: str, stream: bool, include_usage: bool) -> bytes:
+        kind = "stream+usage" if include_usage else "stream" if stream else "json"
+        key = (model, kind)
+        template = self.cache.get(key)
+        if template is None:
+            template = self.render(model, stream, include_usage)
+            if len(self.cache) < MAX_CACHED_MODELS * 3:
+                self.cache[key] = template
+        new_id = b"cmpl-%024x" % next(self.ids)
+        return template.replace(ID_PLACEHOLDER, new_id)
+
+    def render(self, model: str, stream: bool, include_usage: bool) -> bytes:
+        if not stream:
+            return http_response(200, completion_body(model, self.created))
+        events = stream_events(model, self.created, self.chunks, include_usage)
+        return chunked_stream_response(events)
+
+    def models(self) -> bytes:
+        model = {"id": "mock-model", "object": "model", "created": self.created, "owned_by": "mock"}
+        return http_response(200, dumps({"object": "list", "data": [model]}))
+
+
+# ---------------------------------------------------------------- HTTP/1.1 parsing
+
+
+def parse_head(raw: bytes) -> Head:
+    lines = raw.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise BadRequest(400, "malformed request line")
+    method, target, version = parts
+    headers: dict[bytes, bytes] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise BadRequest(400, "malformed header line")
+        headers[name.strip().lower()] = value.strip()
+    if b"transfer-encoding" in headers:
+        raise BadRequest(501, "chunked request bodies are not supported; send Content-Length")
+    length = parse_length(headers.get(b"content-length", b"0"))
+    connection = headers.get(b"connection", b"").lower()
+    keep_alive = connection != b"close" if version == b"HTTP/1.1" else connection == b"keep-alive"
+    expect = headers.get(b"expect", b"").lower() == b"100-continue"
+    return Head(method, target.partition(b"?")[0], keep_alive, length, expect)
+
+
+def parse_length(value: bytes) -> int:
+    if not value.isdigit():
+        raise BadRequest(400, "invalid Content-Length")
+    length = int(value)
+    if length > MAX_BODY_BYTES:
+        raise BadRequest(413, "request body too large")
+    return length
+
+
+# ---------------------------------------------------------------- the server
+
+
+class MockProtocol(asyncio.Protocol):
+    def __init__(self, renderer: Renderer) -> None:
+        self.renderer = renderer
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.head: Head | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        try:
+            while self.transport is not None and self.next_request():
+                pass
+        except BadRequest as exc:
+            self.send(error_response(exc.status, str(exc)), keep_alive=False)
+
+    def next_request(self) -> bool:
+        """Handles one complete request from the buffer; False when more bytes are needed."""
+        if self.head is None and not self.read_head():
+            return False
+        head = self.head
+        assert head is not None
+        if len(self.buf) < head.length:
+            return False
+        body = bytes(self.buf[: head.length])
+        del self.buf[: head.length]
+        self.head = None
+        self.send(self.route(head, body), head.keep_alive)
+        return True
+
+    def read_head(self) -> bool:
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buf) > MAX_HEAD_BYTES:
+                raise BadRequest(431, "request head too large")
+            return False
+        self.head = parse_head(bytes(self.buf[:end]))
+        del self.buf[: end + 4]
+        if self.head.expect_continue and self.transport is not None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return True
+
+    def send(self, response: bytes, keep_alive: bool) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        if keep_alive:
+            transport.write(response)
+            return
+        head, sep, rest = response.partition(b"\r\n")
+        transport.write(head + sep + b"Connection: close\r\n" + rest)
+        transport.close()
+        self.transport = None
+
+    def route(self, head: Head, body: bytes) -> bytes:
+        if head.path in (b"/v1/completions", b"/completions"):
+            if head.method != b"POST":
+                return error_response(405, "use POST")
+            return self.completions(body)
+        if head.path in (b"/health", b"/v1/health"):
+            return http_response(200, b'{"status":"ok"}')
+        if head.path == b"/v1/models":
+            return self.renderer.models()
+        return error_response(404, f"no route {head.path.decode(errors='replace')}")
+
+    def completions(self, body: bytes) -> bytes:
+        try:
+            request = loads(body)
+        except ValueError:
+            return error_response(400, "body is not valid JSON")
+        if not isinstance(request, dict):
+            return error_response(400, "body must be a JSON object")
+        model = request.get("model")
+        model = model if isinstance(model, str) else "mock-model"
+        stream = request.get("stream") is True
+        options = request.get("stream_options")
+        wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+        include_usage = stream and wants_usage
+        return self.renderer.completion(model, stream, include_usage)
+
+
+async def serve(host: str, port: int, chunks: int) -> None:
+    loop = asyncio.get_running_loop()
+    renderer = Renderer(chunks)
+    server = await loop.create_server(
+        lambda: MockProtocol(renderer), host, port, reuse_address=True, backlog=4096
+    )
+    print(f"mock upstream listening on http://{host}:{port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def run(coro_factory: Callable[[], Any]) -> None:
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro_factory())
+        return
+    uvloop.run(coro_factory())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="fast mock OpenAI-compatible upstream")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9001)
+    parser.add_argument("--chunks", type=int, default=64, help="content chunks per stream")
+    args = parser.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        run(lambda: serve(args.host, args.port, args.chunks))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,543 @@
+"""Gateway benchmark: the same wrk load against the mock upstream (direct) and through the gateway.
+
+Starts bench/mock_upstream.py and `gateway serve --workers 1` on free ports, then for each scenario
+runs a warm-up and a measured wrk run against both targets:
+
+    latency     1 connection:   p50/p99 both ways; added latency = gateway - direct
+    throughput  32 connections: requests/s both ways and the ratio
+    streaming   8 connections, 64-chunk SSE streams: requests/s and p50 both ways
+
+Prints a markdown table, writes bench/results.json and checks the budgets (exit 1 on a failed
+budget with --check). A run with any socket error or HTTP status >= 400 fails the bench (exit 2).
+
+    .venv/bin/python bench/run.py [--duration 10] [--warmup 2] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+LUA_SCRIPT = BENCH_DIR / "post.lua"
+API_KEY = "sk-bench-key"
+HOST = "127.0.0.1"
+DEFAULT_GATEWAY_CMD = (
+    "{python} -m gateway serve --config {config} --host {host} --port {port} --workers 1"
+)
+READY_TIMEOUT_S = 60.0
+MIN_THROUGHPUT_RATIO = 0.12
+MAX_ADDED_P50_MS = 0.35
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    threads: int
+    connections: int
+    stream: bool
+
+
+SCENARIOS = (
+    Scenario("latency", threads=1, connections=1, stream=False),
+    Scenario("throughput", threads=2, connections=32, stream=False),
+    Scenario("streaming", threads=1, connections=8, stream=True),
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    url: str
+    model: str
+    authorization: str
+    pid: int
+
+
+@dataclass
+class Run:
+    scenario: str
+    target: str
+    connections: int
+    duration_s: float
+    requests: int
+    requests_per_s: float
+    latency_ms: dict[str, float]
+    errors: dict[str, int]
+    cpu_percent: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+
+# ---------------------------------------------------------------- processes
+
+
+class Processes:
+    """Owns the subprocesses: each in its own session, stopped (TERM, then KILL) on close."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.log_dir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.log_dir / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + 5.0
+        for proc in self.procs.values():
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            if proc.poll() is None:
+                signal_group(proc, signal.SIGKILL)
+                proc.wait()
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_ready(url: str, procs: Processes, name: str, timeout: float = READY_TIMEOUT_S) -> None:
+    """Polls url until it answers 200; fails fast if the process exits."""
+    proc = procs.procs[name]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BenchError(f"{name} exited with {proc.returncode}:\n{procs.log_tail(name)}")
+        with suppress(OSError), urllib.request.urlopen(url, timeout=1.0) as response:
+            if response.status == 200:
+                return
+        time.sleep(0.02)
+    raise BenchError(f"{name} not ready at {url} after {timeout:.0f} s:\n{procs.log_tail(name)}")
+
+
+class BenchError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- process CPU
+
+
+def tree_pids(pid: int) -> list[int]:
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            with suppress(OSError):
+                todo.extend(int(child) for child in children.read_text().split())
+    return pids
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its live descendants (0 where /proc is absent)."""
+    ticks = 0
+    for current in tree_pids(pid):
+        with suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{current}/stat").read_text()
+            fields = stat.rpartition(")")[2].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------- wrk
+
+
+def body_file(tmp: Path, model: str, stream: bool) -> Path:
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": "Say this is a test",
+        "max_tokens": 16,
+        "temperature": 0,
+    }
+    if stream:
+        body["stream"] = True
+    path = tmp / f"body-{model}-{'stream' if stream else 'json'}.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
+def wrk(target: Target, scenario: Scenario, duration: int, tmp: Path) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["BENCH_BODY_FILE"] = str(body_file(tmp, target.model, scenario.stream))
+    env["BENCH_AUTHORIZATION"] = target.authorization
+    cmd = [
+        "wrk",
+        f"-t{scenario.threads}",
+        f"-c{scenario.connections}",
+        f"-d{duration}s",
+        "--latency",
+        "--timeout",
+        "10s",
+        "-s",
+        str(LUA_SCRIPT),
+        target.url,
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=duration + 60)
+    for line in out.stdout.splitlines():
+        if line.startswith("BENCH_JSON "):
+            parsed: dict[str, Any] = json.loads(line.removeprefix("BENCH_JSON "))
+            return parsed
+    raise BenchError(f"wrk printed no result (exit {out.returncode}):\n{out.stdout}{out.stderr}")
+
+
+def measure(
+    target: Target, scenario: Scenario, duration: int, tmp: Path, cpu_pids: dict[str, int]
+) -> Run:
+    before = {name: cpu_seconds(pid) for name, pid in cpu_pids.items()}
+    started = time.monotonic()
+    raw = wrk(target, scenario, duration, tmp)
+    elapsed = time.monotonic() - started
+    cpu = {
+        name: round(100 * (cpu_seconds(pid) - before[name]) / elapsed, 1)
+        for name, pid in cpu_pids.items()
+    }
+    return to_run(raw, target, scenario, cpu)
+
+
+def to_run(raw: dict[str, Any], target: Target, scenario: Scenario, cpu: dict[str, float]) -> Run:
+    seconds = raw["duration_us"] / 1e6
+    latency = {key: round(value / 1000, 4) for key, value in raw["latency_us"].items()}
+    return Run(
+        scenario=scenario.name,
+        target=target.name,
+        connections=scenario.connections,
+        duration_s=round(seconds, 3),
+        requests=raw["requests"],
+        requests_per_s=round(raw["requests"] / seconds, 1),
+        latency_ms=latency,
+        errors=raw["errors"],
+        cpu_percent=cpu,
+    )
+
+
+# ---------------------------------------------------------------- probes
+
+
+def probe(target: Target, stream: bool, tmp: Path) -> None:
+    """One request before the load, so a broken target fails with its own answer, not a count."""
+    body = body_file(tmp, target.model, stream).read_bytes()
+    headers = {"Content-Type": "application/json"}
+    if target.authorization:
+        headers["Authorization"] = target.authorization
+    request = urllib.request.Request(target.url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            text = response.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        raise BenchError(f"{target.name} probe: HTTP {exc.code}: {detail}") from exc
+    check_probe(target.name, text, stream)
+
+
+def check_probe(name: str, text: str, stream: bool) -> None:
+    if stream:
+        chunks = [line for line in text.splitlines() if line.startswith("data: {")]
+        if not text.rstrip().endswith("data: [DONE]") or len(chunks) < 2:
+            raise BenchError(f"{name} stream probe: unexpected body:\n{text[:2000]}")
+        return
+    answer = json.loads(text)
+    if not answer.get("choices"):
+        raise BenchError(f"{name} probe: no choices in {text[:2000]}")
+
+
+# ---------------------------------------------------------------- report
+
+
+def index(runs: list[Run]) -> dict[tuple[str, str], Run]:
+    return {(run.scenario, run.target): run for run in runs}
+
+
+def comparisons(runs: list[Run]) -> dict[str, dict[str, float]]:
+    by = index(runs)
+    out: dict[str, dict[str, float]] = {}
+    for scenario in dict.fromkeys(run.scenario for run in runs):
+        direct, gateway = by.get((scenario, "direct")), by.get((scenario, "gateway"))
+        if direct is None or gateway is None:
+            continue
+        out[scenario] = {
+            "throughput_ratio": round(gateway.requests_per_s / direct.requests_per_s, 4),
+            "added_p50_ms": round(gateway.latency_ms["p50"] - direct.latency_ms["p50"], 3),
+            "added_p99_ms": round(gateway.latency_ms["p99"] - direct.latency_ms["p99"], 3),
+        }
+    return out
+
+
+def budgets(compared: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    checks = []
+    if "throughput" in compared:
+        ratio = compared["throughput"]["throughput_ratio"]
+        checks.append(
+            {
+                "name": "throughput at 32 connections, gateway / direct req/s",
+                "value": f"{100 * ratio:.1f}%",
+                "budget": f">= {100 * MIN_THROUGHPUT_RATIO:.0f}%",
+                "ok": ratio >= MIN_THROUGHPUT_RATIO,
+            }
+        )
+    if "latency" in compared:
+        added = compared["latency"]["added_p50_ms"]
+        checks.append(
+            {
+                "name": "added p50 latency at 1 connection",
+                "value": f"{added:.3f} ms",
+                "budget": f"<= {MAX_ADDED_P50_MS} ms",
+                "ok": added <= MAX_ADDED_P50_MS,
+            }
+        )
+    return checks
+
+
+def versus(run: Run, compared: dict[str, dict[str, float]]) -> str:
+    if run.target != "gateway" or run.scenario not in compared:
+        return ""
+    c = compared[run.scenario]
+    ratio = f"{100 * c['throughput_ratio']:.1f}% of direct req/s"
+    added = f"{c['added_p50_ms']:+.3f} ms p50, {c['added_p99_ms']:+.3f} ms p99"
+    if run.scenario == "latency":
+        return f"added {added}"
+    if run.scenario == "streaming":
+        return f"{ratio}; {c['added_p50_ms']:+.3f} ms p50"
+    return ratio
+
+
+def markdown(runs: list[Run], compared: dict[str, dict[str, float]], env: dict[str, Any]) -> str:
+    lines = [
+        "| scenario | target | req/s | p50 ms | p99 ms | server CPU | gateway vs direct |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for run in runs:
+        label = f"{run.scenario}, {run.connections} conn"
+        cpu = " + ".join(f"{name} {value:.0f}%" for name, value in run.cpu_percent.items())
+        lines.append(
+            f"| {label} | {run.target} | {run.requests_per_s:,.0f} | "
+            f"{run.latency_ms['p50']:.3f} | {run.latency_ms['p99']:.3f} | {cpu} | "
+            f"{versus(run, compared)} |"
+        )
+    lines.append("")
+    lines.append(
+        f"{env['cpus']} CPUs, Python {env['python']}, {env['wrk']}, {env['duration_s']} s per run "
+        f"after a {env['warmup_s']} s warm-up; gateway with 1 worker; streams of "
+        f"{env['chunks']} chunks."
+    )
+    return "\n".join(lines)
+
+
+def environment(args: argparse.Namespace) -> dict[str, Any]:
+    version = subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "cpus": os.cpu_count(),
+        "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+        "machine": platform.machine(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "wrk": " ".join(version.split()[:2]),
+        "commit": commit or None,
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "chunks": args.chunks,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+# ---------------------------------------------------------------- orchestration
+
+
+def write_config(tmp: Path, gateway_port: int, mock_port: int) -> Path:
+    path = tmp / "gateway.yaml"
+    path.write_text(
+        f"server: {{host: {HOST}, port: {gateway_port}}}\n"
+        "auth:\n"
+        "  keys:\n"
+        f'    - {{id: bench, key: {API_KEY}, models: ["*"]}}\n'
+        "providers:\n"
+        f'  mock: {{type: openai-compatible, base_url: "http://{HOST}:{mock_port}/v1"}}\n'
+        "models:\n"
+        "  bench-model: {targets: [{provider: mock, model: mock-model}]}\n"
+    )
+    return path
+
+
+def gateway_command(template: str, config: Path, port: int) -> list[str]:
+    values = {"python": sys.executable, "config": str(config), "host": HOST, "port": str(port)}
+    return [part.format(**values) for part in shlex.split(template)]
+
+
+def start_mock(procs: Processes, chunks: int) -> Target:
+    port = free_port()
+    script = str(BENCH_DIR / "mock_upstream.py")
+    cmd = [sys.executable, script, "--host", HOST, "--port", str(port), "--chunks", str(chunks)]
+    proc = procs.start("mock", cmd)
+    wait_ready(f"http://{HOST}:{port}/health", procs, "mock")
+    return Target("direct", f"http://{HOST}:{port}/v1/completions", "mock-model", "", proc.pid)
+
+
+def start_gateway(procs: Processes, template: str, mock_url: str, tmp: Path) -> Target:
+    port = free_port()
+    mock_port = urllib.parse.urlsplit(mock_url).port
+    assert mock_port is not None
+    config = write_config(tmp, port, mock_port)
+    proc = procs.start("gateway", gateway_command(template, config, port))
+    wait_ready(f"http://{HOST}:{port}/readyz", procs, "gateway")
+    url = f"http://{HOST}:{port}/v1/completions"
+    return Target("gateway", url, "bench-model", f"Bearer {API_KEY}", proc.pid)
+
+
+@contextmanager
+def servers(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[Target, Target]]:
+    """Starts the mock and the gateway; yields the direct and gateway targets."""
+    procs = Processes(tmp)
+    try:
+        direct = start_mock(procs, args.chunks)
+        yield direct, start_gateway(procs, args.gateway_cmd, direct.url, tmp)
+    finally:
+        procs.close()
+
+
+def bench(args: argparse.Namespace, tmp: Path) -> list[Run]:
+    chosen = [s for s in SCENARIOS if s.name in args.scenarios]
+    runs: list[Run] = []
+    with servers(args, tmp) as (direct, gateway):
+        for target in (direct, gateway):
+            probe(target, stream=False, tmp=tmp)
+            probe(target, stream=True, tmp=tmp)
+        cpu_pids = {"gateway": gateway.pid, "mock": direct.pid}
+        for scenario in chosen:
+            for target in (direct, gateway):
+                pids = cpu_pids if target is gateway else {"mock": direct.pid}
+                runs.append(run_one(target, scenario, args, tmp, pids))
+    return runs
+
+
+def run_one(
+    target: Target, scenario: Scenario, args: argparse.Namespace, tmp: Path, pids: dict[str, int]
+) -> Run:
+    label = f"{scenario.name} ({scenario.connections} conn) {target.name}"
+    print(f"  {label}: warm-up {args.warmup} s, run {args.duration} s", file=sys.stderr, flush=True)
+    if args.warmup > 0:
+        wrk(target, scenario, args.warmup, tmp)
+    run = measure(target, scenario, args.duration, tmp, pids)
+    if run.error_count:
+        print(
+            f"  ERROR {label}: {run.errors} (status = responses with HTTP status >= 400)",
+            file=sys.stderr,
+        )
+    return run
+
+
+def report(runs: list[Run], args: argparse.Namespace) -> int:
+    env = environment(args)
+    compared = comparisons(runs)
+    checks = budgets(compared)
+    failed_runs = [run for run in runs if run.error_count]
+    print(markdown(runs, compared, env))
+    print()
+    for check in checks:
+        verdict = "PASS" if check["ok"] else "FAIL"
+        print(f"{verdict}  {check['name']}: {check['value']} (budget {check['budget']})")
+    for run in failed_runs:
+        print(f"FAIL  {run.scenario} {run.target}: errors {run.errors}")
+    results = {
+        "environment": env,
+        "runs": [asdict(run) for run in runs],
+        "comparisons": compared,
+        "budgets": checks,
+    }
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {args.output}")
+    if failed_runs:
+        return 2
+    return 1 if args.check and not all(check["ok"] for check in checks) else 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=int, default=10, help="seconds per measured run")
+    parser.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per run")
+    parser.add_argument("--chunks", type=int, default=64, help="chunks per mock stream")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a budget fails")
+    parser.add_argument(
+        "--scenarios",
+        type=lambda text: text.split(","),
+        default=[s.name for s in SCENARIOS],
+        help="comma-separated subset of: " + ",".join(s.name for s in SCENARIOS),
+    )
+    parser.add_argument(
+        "--gateway-cmd",
+        default=DEFAULT_GATEWAY_CMD,
+        help="command starting the gateway; {python} {config} {host} {port} are filled in",
+    )
+    parser.add_argument("--output", type=Path, default=BENCH_DIR / "results.json")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if shutil.which("wrk") is None:
+        print("wrk not found: apt-get install -y wrk", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in background
+    try:
+        with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
+            runs = bench(args, Path(tmp))
+    except BenchError as exc:
+        print(f"bench failed: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return report(runs, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""CLI: gateway serve | check-config | hash-key."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import ipaddress
+import os
+import sys
+from collections.abc import Sequence
+
+from gateway import config as config_mod
+from gateway.config import DEV_KEY, Config
+from gateway.errors import ConfigError
+
+CONFIG_ENV = "GATEWAY_CONFIG"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gateway", description="OpenAI-compatible completions gateway")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve the API")
+    s.add_argument("--config", default=os.environ.get(CONFIG_ENV, "config.yaml"))
+    s.add_argument("--host", help="overrides server.host")
+    s.add_argument("--port", type=int, help="overrides server.port")
+    s.add_argument("--workers", type=int, default=1)
+    s.add_argument("--log-level", default="info")
+    s.add_argument("--access-log", action="store_true", help="log one line per request")
+    c = sub.add_parser("check-config", help="validate a config file")
+    c.add_argument("path")
+    h = sub.add_parser("hash-key", help="print the key_sha256 of an API key ('-' reads stdin)")
+    h.add_argument("key")
+    return p
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _serve(args: argparse.Namespace) -> int:
+    cfg = _load(args.config)
+    if cfg is None:
+        return 2
+    host = args.host or cfg.server.host
+    port = args.port if args.port is not None else cfg.server.port
+    if cfg.has_dev_key() and not is_loopback(host):
+        print(
+            f"refusing to listen on {host}: the development key {DEV_KEY} is configured; "
+            "remove it from auth.keys or listen on 127.0.0.1",
+            file=sys.stderr,
+        )
+        return 2
+    import uvicorn
+
+    os.environ[CONFIG_ENV] = os.path.abspath(args.config)
+    uvicorn.run(
+        "gateway.factory:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=args.workers,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
+def _load(path: str) -> Config | None:
+    try:
+        return config_mod.load(path)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return None
+
+
+def _check(args: argparse.Namespace) -> int:
+    cfg = _load(args.path)
+    if cfg is None:
+        return 1
+    print(
+        f"{args.path}: ok ({len(cfg.providers)} providers, {len(cfg.models)} models, "
+        f"{len(cfg.keys)} keys)"
+    )
+    return 0
+
+
+def _hash(args: argparse.Namespace) -> int:
+    key = sys.stdin.readline().strip() if args.key == "-" else args.key
+    print(hashlib.sha256(key.encode()).hexdigest())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    commands = {"serve": _serve, "check-config": _check, "hash-key": _hash}
+    return commands[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Headers → Principal. Keys are held as sha256 digests and compared in constant time.
+
+A caller presents its key as `x-portkey-api-key: <key>` or `Authorization: Bearer <key>` (the
+Portkey header wins when both are sent: Portkey clients put a provider key in Authorization).
+`x-portkey-virtual-key: NAME` asks for provider NAME directly; the key must list it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.config import Config, KeyConfig
+from gateway.errors import AuthenticationFailed, PermissionDenied
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    key_id: str
+    models: re.Pattern[str]  # the key's alias globs, compiled once
+    providers: frozenset[str]
+
+    def may_use_model(self, alias: str) -> bool:
+        return self.models.fullmatch(alias) is not None
+
+    def check_virtual_key(self, name: str) -> None:
+        if name not in self.providers:
+            raise PermissionDenied(
+                f"This API key may not use the virtual key '{name}'.",
+                param="x-portkey-virtual-key",
+            )
+
+
+class Authenticator:
+    """Built once per config: the key digests and their principals."""
+
+    def __init__(self, config: Config) -> None:
+        self._keys: tuple[tuple[bytes, Principal], ...] = tuple(
+            (k.sha256, _principal(k)) for k in config.keys
+        )
+
+    def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        digest = hashlib.sha256(_presented_key(headers).encode()).digest()
+        found: Principal | None = None
+        for stored, principal in self._keys:  # no early exit: the time is the same for any key
+            if hmac.compare_digest(stored, digest):
+                found = principal
+        if found is None:
+            raise AuthenticationFailed("Incorrect API key provided.")
+        return found
+
+
+def _principal(k: KeyConfig) -> Principal:
+    pattern = "|".join(fnmatch.translate(g) for g in k.models) or "(?!)"
+    return Principal(k.id, re.compile(pattern), frozenset(k.providers))
+
+
+def _presented_key(headers: Mapping[str, str]) -> str:
+    key = headers.get("x-portkey-api-key")
+    if key:
+        return key.strip()
+    auth = headers.get("authorization")
+    if not auth:
+        raise AuthenticationFailed(
+            "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' "
+            "or 'x-portkey-api-key: <key>'.",
+            code="missing_api_key",
+        )
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationFailed(
+            "The Authorization header must be 'Bearer <key>'.", code="invalid_authorization"
+        )
+    return token.strip()

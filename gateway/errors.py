@@ -1,0 +1,178 @@
+"""The one error tree of the gateway, and the one renderer of any error.
+
+    GatewayError                      500 server_error
+    ├── InvalidRequest                400 invalid_request_error   (param names the field)
+    │   ├── ContextLengthExceeded     400 code=context_length_exceeded
+    │   └── UnsupportedParameter      400 code=unsupported_parameter (param + target named)
+    ├── PayloadTooLarge               413
+    ├── UnsupportedMediaType          415
+    ├── AuthenticationFailed          401 code=invalid_api_key
+    ├── PermissionDenied              403 code=permission_denied
+    ├── NotFound                      404 (route)
+    │   └── ModelNotFound             404 code=model_not_found
+    ├── MethodNotAllowed              405
+    ├── RateLimited                   429 code=rate_limit_exceeded (+ retry-after)
+    ├── ServiceUnavailable            503 (not ready / shutting down)
+    └── UpstreamError                 status mapped from the upstream's (see providers)
+        ├── UpstreamUnreachable       502
+        └── UpstreamTimeout           504
+
+Before the first byte an error is a JSON response; after it, an SSE `data: {"error": …}` event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+
+class GatewayError(Exception):
+    status: int = 500
+    type: str = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if type is not None:
+            self.type = type
+        if status is not None:
+            self.status = status
+        self.headers: dict[str, str] = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class UnsupportedParameter(InvalidRequest):
+    code = "unsupported_parameter"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "invalid_request_error"
+    code = "permission_denied"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "requests"
+    code = "rate_limit_exceeded"
+
+
+class ServiceUnavailable(GatewayError):
+    status = 503
+    type = "server_error"
+    code = "service_unavailable"
+
+
+class UpstreamError(GatewayError):
+    """An upstream answered with an error, or could not be used; `target` names it."""
+
+    status = 502
+    type = "upstream_error"
+
+    def __init__(self, message: str, *, target: str = "", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.target = target
+
+
+class UpstreamUnreachable(UpstreamError):
+    status = 502
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    type = "timeout_error"
+    code = "upstream_timeout"
+
+
+class ConfigError(ValueError):
+    """A config value is wrong (not an HTTP error); `path` is its YAML path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def error_json(err: GatewayError) -> bytes:
+    return orjson.dumps(err.body())
+
+
+def error_event(err: GatewayError) -> bytes:
+    """The SSE form used once the 200 and headers have gone out; `[DONE]` follows it."""
+    return b"data: " + orjson.dumps(err.body()) + b"\n\n"
+
+
+def internal(exc: BaseException) -> GatewayError:
+    """Any unexpected exception, without its details: those go to the log, not to the caller."""
+    return GatewayError(
+        f"The gateway failed to process the request ({type(exc).__name__}).",
+        code="internal_error",
+    )

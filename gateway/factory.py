@@ -1,0 +1,14 @@
+"""The uvicorn factory: every worker process builds its own app from the config file."""
+
+from __future__ import annotations
+
+import os
+
+from starlette.applications import Starlette
+
+from gateway.app import create_app
+from gateway.config import load
+
+
+def app_from_env() -> Starlette:
+    return create_app(load(os.environ.get("GATEWAY_CONFIG", "config.yaml")))

@@ -1,0 +1,355 @@
+"""The one definition of the completions API: request fields, their types and ranges.
+
+`parse_completion` does the single JSON parse of a body and validates every known field
+(protocol.md §1, plus the provider extensions). Unknown fields are kept as sent; the dialect
+rules of the serving provider decide what happens to them. Every error names its parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequest
+
+Validator = Callable[[Any, str], Any]
+
+CONTEXT_BEHAVIORS = ("error", "truncate")
+RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
+DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """Bounds the gateway enforces on top of OpenAI's ranges (config `server:`)."""
+
+    max_n: int = 128
+    max_best_of: int = 20
+    max_tokens: int = 32768
+    max_prompts: int = 2048
+    max_choices: int = 512  # prompts x max(n, best_of): one request's total generations
+
+
+@dataclass(slots=True)
+class CompletionRequest:
+    model: str
+    prompts: list[str] | list[list[int]]  # always a batch; one element for a single prompt
+    prompt_is_tokens: bool
+    n: int
+    best_of: int | None
+    max_tokens: int  # effective value: 16 when absent or null
+    stream: bool
+    include_usage: bool
+    stop: tuple[str, ...]
+    logprobs: int | None
+    echo: bool
+    fields: dict[str, Any]  # every non-null field as sent (validated), unknown ones included
+    unknown: tuple[str, ...] = field(default=())
+
+    @property
+    def n_prompts(self) -> int:
+        return len(self.prompts)
+
+
+# ---------------------------------------------------------------- primitive checks
+
+
+def _bad(name: str, what: str, value: Any) -> InvalidRequest:
+    shown = orjson.dumps(value).decode()[:80] if _jsonable(value) else type(value).__name__
+    return InvalidRequest(f"Invalid value for '{name}': expected {what}, got {shown}.", param=name)
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Validator:
+    def check(v: Any, name: str) -> int:
+        if type(v) is not int:
+            raise _bad(name, "an integer", v)
+        _range(v, lo, hi, name)
+        return v
+
+    return check
+
+
+def _number(lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> Validator:
+    def check(v: Any, name: str) -> float | int:
+        if type(v) not in (int, float) or not math.isfinite(v):
+            raise _bad(name, "a number", v)
+        if lo_open and lo is not None and v <= lo:
+            raise InvalidRequest(f"'{name}' must be greater than {lo}, got {v}.", param=name)
+        _range(v, None if lo_open else lo, hi, name)
+        return v  # type: ignore[no-any-return]
+
+    return check
+
+
+def _range(v: float, lo: float | None, hi: float | None, name: str) -> None:
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        lo_s = "-inf" if lo is None else f"{lo:g}"
+        hi_s = "inf" if hi is None else f"{hi:g}"
+        raise InvalidRequest(f"'{name}' must be between {lo_s} and {hi_s}, got {v}.", param=name)
+
+
+def _bool(v: Any, name: str) -> bool:
+    if type(v) is not bool:
+        raise _bad(name, "a boolean", v)
+    return v
+
+
+def _string(v: Any, name: str) -> str:
+    if type(v) is not str:
+        raise _bad(name, "a string", v)
+    return v
+
+
+def _choice(*options: str) -> Validator:
+    def check(v: Any, name: str) -> str:
+        if v not in options:
+            raise _bad(name, "one of " + ", ".join(repr(o) for o in options), v)
+        return str(v)
+
+    return check
+
+
+def _object(v: Any, name: str) -> dict[str, Any]:
+    if type(v) is not dict:
+        raise _bad(name, "an object", v)
+    return v
+
+
+# ---------------------------------------------------------------- structured fields
+
+
+def _prompt(v: Any, name: str) -> Any:
+    if type(v) is str:
+        return v
+    if type(v) is not list or not v:
+        raise _bad(name, "a string, an array of strings, or a non-empty array of token ids", v)
+    first = type(v[0])
+    if first is str:
+        for i, p in enumerate(v):
+            if type(p) is not str:
+                raise _bad(f"{name}[{i}]", "a string", p)
+    elif first is int:
+        _tokens(v, name)
+    elif first is list:
+        for i, p in enumerate(v):
+            if type(p) is not list or not p:
+                raise _bad(f"{name}[{i}]", "a non-empty array of token ids", p)
+            _tokens(p, f"{name}[{i}]")
+    else:
+        raise _bad(f"{name}[0]", "a string, a token id or an array of token ids", v[0])
+    return v
+
+
+def _tokens(v: list[Any], name: str) -> None:
+    for i, t in enumerate(v):
+        if type(t) is not int or t < 0:
+            raise _bad(f"{name}[{i}]", "a token id (integer >= 0)", t)
+
+
+def _stop(v: Any, name: str) -> Any:
+    if type(v) is str:
+        if not v:
+            raise _bad(name, "a non-empty string", v)
+        return v
+    if type(v) is not list or not 1 <= len(v) <= 4:
+        raise _bad(name, "a string or an array of 1 to 4 strings", v)
+    for i, s in enumerate(v):
+        if type(s) is not str or not s:
+            raise _bad(f"{name}[{i}]", "a non-empty string", s)
+    return v
+
+
+def _logit_bias(v: Any, name: str) -> dict[str, Any]:
+    _object(v, name)
+    for key, bias in v.items():
+        if not key.isdigit():
+            raise _bad(f"{name}.{key}", "a token id as a string key", key)
+        if type(bias) not in (int, float) or not -100 <= bias <= 100:
+            raise _bad(f"{name}.{key}", "a number between -100 and 100", bias)
+    return v  # type: ignore[no-any-return]
+
+
+def _stream_options(v: Any, name: str) -> dict[str, Any]:
+    _object(v, name)
+    for key in ("include_usage", "include_obfuscation", "continuous_usage_stats"):
+        if key in v and v[key] is not None:
+            _bool(v[key], f"{name}.{key}")
+    return v  # type: ignore[no-any-return]
+
+
+def _response_format(v: Any, name: str) -> dict[str, Any]:
+    _object(v, name)
+    kind = _choice(*RESPONSE_FORMAT_TYPES)(v.get("type"), f"{name}.type")
+    if kind == "json_object" and v.get("schema") is not None:
+        _object(v["schema"], f"{name}.schema")
+    if kind == "json_schema":
+        spec = _object(v.get("json_schema"), f"{name}.json_schema")
+        _object(spec.get("schema"), f"{name}.json_schema.schema")
+        if spec.get("name") is not None:
+            _string(spec["name"], f"{name}.json_schema.name")
+        if spec.get("strict") is not None:
+            _bool(spec["strict"], f"{name}.json_schema.strict")
+    return v  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------- the field table
+
+OPENAI_FIELDS: dict[str, Validator] = {
+    "model": _string,
+    "prompt": _prompt,
+    "best_of": _int(0, 20),
+    "echo": _bool,
+    "frequency_penalty": _number(-2.0, 2.0),
+    "logit_bias": _logit_bias,
+    "logprobs": _int(0, 5),
+    "max_tokens": _int(0),
+    "n": _int(1, 128),
+    "presence_penalty": _number(-2.0, 2.0),
+    "seed": _int(-(2**63), 2**64 - 1),
+    "stop": _stop,
+    "stream": _bool,
+    "stream_options": _stream_options,
+    "suffix": _string,
+    "temperature": _number(0.0, 2.0),
+    "top_p": _number(0.0, 1.0),
+    "user": _string,
+}
+
+EXTENSION_FIELDS: dict[str, Validator] = {
+    "context_length_exceeded_behavior": _choice(*CONTEXT_BEHAVIORS),
+    "ignore_eos": _bool,
+    "mirostat_target": _number(0.0, lo_open=True),
+    "mirostat_lr": _number(0.0, lo_open=True),
+    "top_k": _int(-1),
+    "repetition_penalty": _number(0.0, lo_open=True),
+    "min_p": _number(0.0, 1.0),
+    "response_format": _response_format,
+}
+
+FIELDS: dict[str, Validator] = OPENAI_FIELDS | EXTENSION_FIELDS
+
+
+# ---------------------------------------------------------------- parse
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"The request body is not valid JSON ({exc.msg}, at character {exc.pos}).",
+            code="invalid_json",
+        ) from None
+    if type(data) is not dict:
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    return data
+
+
+def parse_completion(body: bytes, limits: RequestLimits) -> CompletionRequest:
+    return validate_completion(parse_json(body), limits)
+
+
+def validate_completion(data: dict[str, Any], limits: RequestLimits) -> CompletionRequest:
+    fields: dict[str, Any] = {}
+    unknown: list[str] = []
+    for name, value in data.items():
+        if value is None:
+            continue  # null means "the default", for every nullable OpenAI field
+        check = FIELDS.get(name)
+        if check is None:
+            unknown.append(name)
+            fields[name] = value
+        else:
+            fields[name] = check(value, name)
+    for name in ("model", "prompt"):
+        if name not in fields:
+            raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
+    _cross_checks(fields)
+    return _build(fields, tuple(unknown), limits)
+
+
+def _cross_checks(f: Mapping[str, Any]) -> None:
+    stream = f.get("stream", False)
+    if "stream_options" in f and not stream:
+        raise InvalidRequest(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            param="stream_options",
+        )
+    best_of = f.get("best_of")
+    if best_of is not None and best_of != 1 and stream:
+        raise InvalidRequest("'best_of' cannot be used with 'stream'.", param="best_of")
+    if best_of is not None and best_of < f.get("n", 1):
+        raise InvalidRequest("'best_of' must be greater than or equal to 'n'.", param="best_of")
+    if "mirostat_lr" in f and "mirostat_target" not in f:
+        raise InvalidRequest("'mirostat_lr' requires 'mirostat_target'.", param="mirostat_lr")
+    if f.get("max_tokens") == 0 and not f.get("echo", False):
+        raise InvalidRequest("'max_tokens' may be 0 only with 'echo'.", param="max_tokens")
+
+
+def _build(f: dict[str, Any], unknown: tuple[str, ...], limits: RequestLimits) -> CompletionRequest:
+    prompt = f["prompt"]
+    is_tokens = type(prompt) is list and type(prompt[0]) is not str
+    prompts = [prompt] if type(prompt) is str or (is_tokens and type(prompt[0]) is int) else prompt
+    stop = f.get("stop", ())
+    req = CompletionRequest(
+        model=f["model"],
+        prompts=prompts,
+        prompt_is_tokens=is_tokens,
+        n=f.get("n", 1),
+        best_of=f.get("best_of"),
+        max_tokens=f.get("max_tokens", DEFAULT_MAX_TOKENS),
+        stream=f.get("stream", False),
+        include_usage=bool(f.get("stream_options", {}).get("include_usage")),
+        stop=(stop,) if type(stop) is str else tuple(stop),
+        logprobs=f.get("logprobs"),
+        echo=f.get("echo", False),
+        fields=f,
+        unknown=unknown,
+    )
+    _bounds(req, limits)
+    return req
+
+
+def _bounds(req: CompletionRequest, limits: RequestLimits) -> None:
+    checks = (
+        ("n", req.n, limits.max_n),
+        ("best_of", req.best_of or 0, limits.max_best_of),
+        ("max_tokens", req.max_tokens, limits.max_tokens),
+        ("prompt", req.n_prompts, limits.max_prompts),
+    )
+    for name, value, bound in checks:
+        if value > bound:
+            raise InvalidRequest(
+                f"'{name}' is {value}; this gateway allows at most {bound}.", param=name
+            )
+    choices = req.n_prompts * max(req.n, req.best_of or 1)
+    if choices > limits.max_choices:
+        raise InvalidRequest(
+            f"The request asks for {choices} generations (prompts x max(n, best_of)); "
+            f"this gateway allows at most {limits.max_choices}.",
+            param="n",
+        )
+
+
+def apply_defaults(req: CompletionRequest, defaults: Mapping[str, Any]) -> CompletionRequest:
+    """Model-level defaults fill only the fields the caller did not set."""
+    missing = {k: v for k, v in defaults.items() if k not in req.fields}
+    if not missing:
+        return req
+    return replace(
+        req,
+        fields=missing | req.fields,
+        max_tokens=missing.get("max_tokens", req.max_tokens),
+    )

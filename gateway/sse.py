@@ -1,0 +1,91 @@
+"""SSE rendering of canonical chunks, and the disconnect watch.
+
+Every event is `data: <one-line JSON>\\n\\n`; `data: [DONE]\\n\\n` is always last. An error after
+the headers went out becomes `data: {"error": …}` and then `[DONE]` (protocol.md §3.4). The
+caller's disconnect is watched by `gateway.http.until_disconnect`, which cancels the pump.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from gateway.errors import GatewayError, error_event, internal
+from gateway.http import Send
+
+DONE = b"data: [DONE]\n\n"
+log = logging.getLogger("gateway.sse")
+
+
+class Envelope:
+    """The fixed part of every chunk of one response, encoded once."""
+
+    __slots__ = ("_head", "_tail")
+
+    def __init__(self, completion_id: str, created: int, model: str, include_usage: bool) -> None:
+        head = orjson.dumps(
+            {"id": completion_id, "object": "text_completion", "created": created, "model": model}
+        )
+        self._head = b"data: " + head[:-1] + b',"choices":'
+        # OpenAI puts "usage": null on content chunks when the caller asked for usage.
+        self._tail = b',"usage":null}\n\n' if include_usage else b"}\n\n"
+
+    def chunk(self, choices: list[Any]) -> bytes:
+        return self._head + orjson.dumps(choices) + self._tail
+
+    def usage(self, usage: Any) -> bytes:
+        return self._head + b'[],"usage":' + orjson.dumps(usage) + b"}\n\n"
+
+
+class StreamResult:
+    """What the stream delivered, for accounting once it is over."""
+
+    __slots__ = ("error", "usage")
+
+    def __init__(self) -> None:
+        self.usage: dict[str, Any] | None = None
+        self.error: GatewayError | None = None
+
+
+async def pump(
+    send: Send,
+    first: dict[str, Any],
+    rest: AsyncIterator[dict[str, Any]],
+    env: Envelope,
+    include_usage: bool,
+    result: StreamResult,
+) -> None:
+    try:
+        await _write(send, first, env, result)
+        async for item in rest:
+            await _write(send, item, env, result)
+        if include_usage and result.usage is not None:
+            await _body(send, env.usage(result.usage))
+    except GatewayError as err:
+        result.error = err
+        await _body(send, error_event(err))
+    except Exception as exc:  # an adapter bug must still end the stream properly
+        log.exception("stream failed")
+        result.error = internal(exc)
+        await _body(send, error_event(result.error))
+    finally:
+        aclose = getattr(rest, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    await send({"type": "http.response.body", "body": DONE, "more_body": False})
+
+
+async def _write(send: Send, item: dict[str, Any], env: Envelope, result: StreamResult) -> None:
+    choices = item.get("choices")
+    if choices:
+        await _body(send, env.chunk(choices))
+    usage = item.get("usage")
+    if usage is not None:
+        result.usage = usage
+
+
+async def _body(send: Send, data: bytes) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": True})

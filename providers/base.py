@@ -1,0 +1,76 @@
+"""The Provider protocol every adapter implements, and the canonical shapes it returns.
+
+Canonical output is OpenAI's legacy completions shape, already normalized by the adapter:
+choices in `prompt_idx * n + i` order, legacy logprobs, stop strings excluded, usage as OpenAI
+counts it. The gateway then stamps `id`, `object`, `created` and `model` (the caller's alias).
+
+* `complete()` returns `{"choices": [...], "usage": {...}, "system_fingerprint"?: str}`.
+* `stream()` yields chunks `{"choices": [one or more choice deltas]}`; a choice delta has
+  `text`, `index`, `logprobs`, `finish_reason` (non-null only on that choice's last delta).
+  The last item is `{"choices": [], "usage": {...}}` whenever the upstream reported usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from gateway.schemas import CompletionRequest
+from providers.params import Policy
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One place a model alias can be served from (built at startup, from config)."""
+
+    alias: str  # what the caller asked for
+    provider: str  # provider name in config (also its virtual key)
+    model: str  # model id at the provider
+    timeout_s: float = 60.0
+    unsupported_params: Policy = "reject"
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """How errors name this target: provider and upstream model."""
+        return f"{self.provider}/{self.model}"
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request mapped for one target; `dropped` goes into the response header."""
+
+    target: Target
+    request: CompletionRequest
+    dropped: tuple[str, ...]
+    state: Any = None  # the adapter's own (e.g. the upstream body)
+
+
+class Provider(Protocol):
+    name: str
+    type_tags: ClassVar[tuple[str, ...]]
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    def ready(self) -> bool: ...
+
+    def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
+        """Apply the dialect rules; raise InvalidRequest/UnsupportedParameter before any I/O."""
+        ...
+
+    async def complete(self, prepared: Prepared) -> Json: ...
+
+    def stream(self, prepared: Prepared) -> AsyncIterator[Json]: ...
+
+
+class ProviderFactory(Protocol):
+    def __call__(
+        self, name: str, type_tag: str, settings: Mapping[str, Any], path: str
+    ) -> Provider:
+        """Build from the provider's config block; raise ConfigError naming the YAML path."""
+        ...

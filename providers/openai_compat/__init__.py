@@ -1,0 +1,7 @@
+"""Upstream HTTP adapter for OpenAI, Fireworks, vLLM servers and other OpenAI-compatible APIs."""
+
+from __future__ import annotations
+
+from .adapter import OpenAICompatProvider
+
+__all__ = ["OpenAICompatProvider"]

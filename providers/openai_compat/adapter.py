@@ -1,0 +1,167 @@
+"""`OpenAICompatProvider`: serves completions from an OpenAI-compatible HTTP upstream.
+
+One instance per configured provider: its dialect, URL, headers and connection pool are fixed
+at construction, so a request only maps its fields (`prepare`), makes one call and normalizes
+the answer (`complete` / `stream`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import orjson
+
+from gateway.errors import ConfigError, ContextLengthExceeded, InvalidRequest
+from gateway.schemas import CompletionRequest
+from providers.base import Prepared, Target
+from providers.params import apply_rules
+
+from .client import UpstreamClient
+from .dialects import DIALECTS, DialectSpec
+from .emulate import completion_room, select_best
+from .normalize import Shape, StreamNormalizer, choices, finish
+from .settings import Settings, parse_settings
+
+Json = dict[str, Any]
+T = TypeVar("T")
+Call = Callable[[bytes, float, str], Awaitable[T]]
+
+# Fields the adapter writes itself from the validated request, whatever the dialect says.
+SELF_SET = ("model", "max_tokens", "stream")
+CONTEXT = "context_length_exceeded_behavior"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One request mapped for one target: `Prepared.state`."""
+
+    body: Mapping[str, Any]  # the upstream body, kept for a truncate retry
+    payload: bytes  # the same, serialized once
+    shape: Shape
+    best_of: int  # candidates per prompt when best_of is emulated, else 0
+    truncate: bool  # emulate context_length_exceeded_behavior="truncate"
+
+
+class OpenAICompatProvider:
+    type_tags: ClassVar[tuple[str, ...]] = (
+        "openai",
+        "fireworks",
+        "vllm-server",
+        "openai-compatible",
+    )
+
+    def __init__(self, name: str, spec: DialectSpec, settings: Settings) -> None:
+        self.name = name
+        self.spec = spec
+        self._client = UpstreamClient(
+            settings.url,
+            settings.headers,
+            max_connections=settings.max_connections,
+            connect_timeout_s=settings.connect_timeout_s,
+            secret=settings.api_key,
+        )
+
+    @classmethod
+    def from_config(
+        cls, name: str, type_tag: str, settings: Mapping[str, Any], path: str
+    ) -> OpenAICompatProvider:
+        spec = DIALECTS.get(type_tag)
+        if spec is None:
+            known = ", ".join(cls.type_tags)
+            raise ConfigError(f"{path}.type", f"{type_tag!r} is not one of {known}")
+        return cls(name, spec, parse_settings(settings, path))
+
+    async def start(self) -> None:
+        await self._client.start()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def ready(self) -> bool:
+        return self._client.ready()
+
+    # ------------------------------------------------------------ mapping
+
+    def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
+        spec = self.spec
+        applied = apply_rules(
+            spec.rules,
+            request.fields,
+            target=target.label,
+            policy=target.unsupported_params,
+            skip=SELF_SET,
+        )
+        body = applied.body
+        body["model"] = target.model
+        body["max_tokens"] = request.max_tokens  # explicit: upstream defaults differ (§9)
+        body["stream"] = request.stream
+        if request.stream and not spec.usage_on_last_chunk:
+            body["stream_options"] = {"include_usage": True}
+        if spec.needs_explicit_context_behavior:
+            body.setdefault(CONTEXT, "error")  # OpenAI's behaviour, not the upstream's default
+        best_of = _emulate_best_of(request, applied.emulated, body)
+        truncate = CONTEXT in applied.emulated and request.fields.get(CONTEXT) == "truncate"
+        stops = request.stop if spec.stop_may_be_included else ()
+        shape = Shape(target.label, request.logprobs is not None, stops)
+        plan = Plan(body, orjson.dumps(body), shape, best_of, truncate)
+        return Prepared(target, request, applied.dropped, plan)
+
+    # ------------------------------------------------------------ serving
+
+    async def complete(self, prepared: Prepared) -> Json:
+        plan: Plan = prepared.state
+        body = await self._send(plan, prepared.target, self._client.post_json)
+        picked = choices(body, plan.shape)
+        if plan.best_of:
+            req = prepared.request
+            picked = select_best(picked, plan.best_of, req.n, req.prompts, req.echo)
+        return finish(body, picked, plan.shape)
+
+    async def stream(self, prepared: Prepared) -> AsyncGenerator[Json, None]:
+        plan: Plan = prepared.state
+        label = prepared.target.label
+        resp = await self._send(plan, prepared.target, self._client.open_stream)
+        normalizer = StreamNormalizer(plan.shape)
+        try:
+            async with aclosing(self._client.events(resp, label)) as events:
+                async for event in events:
+                    for chunk in normalizer.feed(event):
+                        yield chunk
+            for chunk in normalizer.end():
+                yield chunk
+        finally:
+            resp.close()  # a no-op after a complete stream; cuts the upstream off otherwise
+
+    async def _send(self, plan: Plan, target: Target, call: Call[T]) -> T:
+        """One upstream call; with emulated "truncate", one retry with the room that is left."""
+        try:
+            return await call(plan.payload, target.timeout_s, target.label)
+        except ContextLengthExceeded as err:
+            payload = _truncated(plan, err) if plan.truncate else None
+            if payload is None:
+                raise
+        return await call(payload, target.timeout_s, target.label)
+
+
+def _emulate_best_of(request: CompletionRequest, emulated: frozenset[str], body: Json) -> int:
+    """Ask for all candidates (with logprobs to rank them); 0 when there is nothing to do."""
+    best_of = request.best_of
+    if "best_of" not in emulated or best_of is None or best_of <= request.n:
+        return 0
+    if request.stream:  # schemas refuses this already; never stream unranked candidates
+        raise InvalidRequest("'best_of' cannot be used with 'stream'.", param="best_of")
+    body["n"] = best_of
+    body["logprobs"] = request.logprobs or 0
+    return best_of
+
+
+def _truncated(plan: Plan, err: ContextLengthExceeded) -> bytes | None:
+    """The body again with `max_tokens` lowered to what the context window leaves, or None
+    when the error does not say how much that is (or leaves no room)."""
+    room = completion_room(err.message)
+    if room is None or room < 1 or room >= plan.body["max_tokens"]:
+        return None
+    return orjson.dumps({**plan.body, "max_tokens": room})

@@ -1,0 +1,174 @@
+"""The HTTP side: one pooled aiohttp session per provider, JSON calls and SSE streams.
+
+Everything that does not change per request (URL, headers, the pool) is fixed at construction.
+Failures leave here already translated into the gateway's error tree (errors.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from .errors import bad_answer, event_error, parse_body, transport_error, upstream_error
+from .sse import DONE, SSEDecoder
+
+Json = dict[str, Any]
+MAX_ERROR_BODY = 64 * 1024  # error bodies are short; a proxy's HTML page is cut here
+DNS_TTL_S = 300
+KEEPALIVE_S = 30.0
+DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body before closing
+DRAIN_BYTES = 64 * 1024
+
+
+class UpstreamClient:
+    __slots__ = ("_connect_s", "_headers", "_limit", "_secret", "_session", "_url")
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        max_connections: int,
+        connect_timeout_s: float,
+        secret: str = "",
+    ) -> None:
+        self._url = url
+        self._headers = dict(headers)
+        self._limit = max_connections
+        self._connect_s = connect_timeout_s
+        self._secret = secret  # only to scrub it from upstream error messages
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        if self._session is not None:
+            return
+        connector = aiohttp.TCPConnector(
+            limit=self._limit, ttl_dns_cache=DNS_TTL_S, keepalive_timeout=KEEPALIVE_S
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector, headers=self._headers, raise_for_status=False
+        )
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def ready(self) -> bool:
+        return self._session is not None and not self._session.closed
+
+    def _post(self, payload: bytes, timeout: aiohttp.ClientTimeout) -> Any:
+        if self._session is None:
+            raise RuntimeError("UpstreamClient.start() was not called")
+        # A redirect means a wrong base_url; following it would turn the POST into a GET.
+        return self._session.post(self._url, data=payload, timeout=timeout, allow_redirects=False)
+
+    async def post_json(self, payload: bytes, timeout_s: float, label: str) -> Json:
+        """POST and parse the answer once; any non-2xx becomes a gateway error."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=self._connect_s)
+        try:
+            async with self._post(payload, timeout) as resp:
+                raw = await resp.read()
+                if not 200 <= resp.status < 300:
+                    detail = parse_body(raw[:MAX_ERROR_BODY])
+                    raise upstream_error(resp.status, detail, resp.headers, label, self._secret)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise transport_error(exc, label) from None
+        return self._document(raw, label)
+
+    def _document(self, raw: bytes, label: str) -> Json:
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise bad_answer(label, "a response that is not JSON") from None
+        if not isinstance(data, dict):
+            raise bad_answer(label, "a response that is not a JSON object")
+        if data.get("error") and "choices" not in data:
+            raise event_error(data, label, self._secret)
+        return data
+
+    async def open_stream(
+        self, payload: bytes, timeout_s: float, label: str
+    ) -> aiohttp.ClientResponse:
+        """POST a streaming request; returns the open response once its status is known to be
+        2xx. The caller owns it: it must be closed (events() does, and so must the caller if it
+        never gets to iterate)."""
+        # No total deadline on a stream: `timeout_s` bounds each wait for the next bytes.
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self._connect_s, sock_read=timeout_s
+        )
+        try:
+            resp: aiohttp.ClientResponse = await self._post(payload, timeout)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise transport_error(exc, label) from None
+        if 200 <= resp.status < 300:
+            return resp
+        try:
+            raw = await resp.content.read(MAX_ERROR_BODY)
+        except (aiohttp.ClientError, TimeoutError):
+            raw = b""
+        finally:
+            resp.release()  # reused only if the body was read to its end
+        raise upstream_error(resp.status, parse_body(raw), resp.headers, label, self._secret)
+
+    async def events(self, resp: aiohttp.ClientResponse, label: str) -> AsyncGenerator[Json, None]:
+        """The JSON events of an open stream, up to `[DONE]`. If the consumer stops early (aclose
+        or cancellation: the caller went away), the connection is closed at once, so the
+        upstream sees the disconnect and stops generating."""
+        finished = False
+        try:
+            if resp.content_type == "application/json":
+                # Some servers answer a stream request with one JSON document; its shape is
+                # that of a (single, complete) stream chunk.
+                yield self._document(await resp.read(), label)
+                finished = True
+                return
+            decoder = SSEDecoder()
+            async for chunk in resp.content.iter_any():
+                for data in decoder.feed(chunk):
+                    if data.startswith(DONE):
+                        finished = await _drain(resp)
+                        return
+                    yield self._event(data, label)
+            for data in decoder.flush():
+                if not data.startswith(DONE):
+                    yield self._event(data, label)
+            finished = True
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise transport_error(exc, label) from None
+        finally:
+            if finished:
+                resp.release()
+            else:
+                resp.close()
+
+    def _event(self, data: bytes, label: str) -> Json:
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise bad_answer(label, "a stream event that is not JSON") from None
+        if not isinstance(event, dict):
+            raise bad_answer(label, "a stream event that is not a JSON object")
+        if event.get("error"):
+            raise event_error(event, label, self._secret)
+        return event
+
+
+async def _drain(resp: aiohttp.ClientResponse) -> bool:
+    """Read what follows `[DONE]` (normally just the end of the chunked body) so the connection
+    can go back to the pool; True when the body ended."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            left = DRAIN_BYTES
+            while left > 0:
+                data = await resp.content.read(left)
+                if not data:
+                    return True
+                left -= len(data)
+    except (aiohttp.ClientError, TimeoutError):
+        pass
+    return False

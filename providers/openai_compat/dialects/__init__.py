@@ -1,0 +1,15 @@
+"""Dialects by `type:` tag: each a rule table derived from OpenAI's plus behaviour flags."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from . import fireworks, generic, openai, vllm
+from .spec import DialectSpec
+
+DIALECTS: Mapping[str, DialectSpec] = MappingProxyType(
+    {spec.name: spec for spec in (openai.SPEC, fireworks.SPEC, vllm.SPEC, generic.SPEC)}
+)
+
+__all__ = ["DIALECTS", "DialectSpec"]

@@ -1,0 +1,43 @@
+"""Fireworks /inference/v1/completions (protocol.md §7): OpenAI plus sampling extensions.
+
+Its schema is `additionalProperties: false`, so anything it does not document is not sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
+
+from .openai import RULES as OPENAI
+from .spec import DialectSpec
+
+NOT_FIREWORKS = "Fireworks' completions API has no such parameter"
+
+RULES: Mapping[str, Rule] = MappingProxyType(
+    derive(
+        OPENAI,
+        best_of=EMULATE,
+        suffix=Rule(Action.REJECT, note=NOT_FIREWORKS),
+        stream_options=EMULATE,  # no such option: usage arrives on the last chunk regardless
+        top_k=passes(0, 100),
+        min_p=passes(0.0, 1.0),
+        repetition_penalty=passes(0.0, 2.0),
+        mirostat_target=passes(),
+        mirostat_lr=passes(),
+        ignore_eos=passes(),
+        response_format=passes(),  # json_object (+schema) and json_schema are both native
+        context_length_exceeded_behavior=passes(),  # always sent: Fireworks defaults to truncate
+        logprobs=passes(0, 5),
+        **{UNKNOWN: Rule(Action.REJECT, note=NOT_FIREWORKS)},
+    )
+)
+
+SPEC = DialectSpec(
+    name="fireworks",
+    rules=RULES,
+    stop_may_be_included=True,
+    usage_on_last_chunk=True,
+    needs_explicit_context_behavior=True,
+)

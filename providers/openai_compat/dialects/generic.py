@@ -1,0 +1,34 @@
+"""Any other OpenAI-compatible server: OpenAI's table, but lenient about extensions.
+
+Such servers (llama.cpp, TGI, SGLang, LM Studio, …) usually accept the common sampling
+extras and ignore what they do not know, so unknown fields pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
+
+from .openai import RULES as OPENAI
+from .spec import DialectSpec
+
+NO_MIROSTAT = "not supported for generic OpenAI-compatible servers"
+
+RULES: Mapping[str, Rule] = MappingProxyType(
+    derive(
+        OPENAI,
+        best_of=EMULATE,
+        top_k=passes(),
+        min_p=passes(0.0, 1.0),
+        repetition_penalty=passes(),
+        ignore_eos=passes(),
+        response_format=passes(),
+        mirostat_target=Rule(Action.REJECT, note=NO_MIROSTAT),
+        mirostat_lr=Rule(Action.REJECT, note=NO_MIROSTAT),
+        **{UNKNOWN: passes()},
+    )
+)
+
+SPEC = DialectSpec(name="openai-compatible", rules=RULES)

@@ -1,0 +1,59 @@
+"""OpenAI's legacy /v1/completions: the base table every other dialect derives from.
+
+Ranges are OpenAI's (protocol.md §1); the gateway's own validation already enforces them, the
+rules repeat them so a derived dialect can narrow them and a test can read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from providers.params import EMULATE, UNKNOWN, Action, Rule, convert, passes
+
+from .spec import DialectSpec
+
+
+def usage_always(_: Any) -> Mapping[str, Any]:
+    """The gateway needs usage for accounting, whatever the caller asked; whether the caller
+    sees the usage chunk is decided when rendering (`include_usage`)."""
+    return {"stream_options": {"include_usage": True}}
+
+
+NOT_OPENAI = "not an OpenAI parameter"
+
+RULES: Mapping[str, Rule] = MappingProxyType(
+    {
+        "model": passes(),
+        "prompt": passes(),
+        "best_of": passes(0, 20),
+        "echo": passes(),
+        "frequency_penalty": passes(-2.0, 2.0),
+        "logit_bias": passes(),
+        "logprobs": passes(0, 5),
+        "max_tokens": passes(0),
+        "n": passes(1, 128),
+        "presence_penalty": passes(-2.0, 2.0),
+        "seed": passes(),
+        "stop": passes(),
+        "stream": passes(),
+        "stream_options": convert(usage_always, "always include_usage upstream"),
+        "suffix": passes(),
+        "temperature": passes(0.0, 2.0),
+        "top_p": passes(0.0, 1.0),
+        "user": passes(),
+        # OpenAI errors on overflow natively; "truncate" is emulated by a retry with less room.
+        "context_length_exceeded_behavior": EMULATE,
+        "ignore_eos": Rule(Action.REJECT, note=NOT_OPENAI),
+        "mirostat_target": Rule(Action.REJECT, note=NOT_OPENAI),
+        "mirostat_lr": Rule(Action.REJECT, note=NOT_OPENAI),
+        "top_k": Rule(Action.REJECT, note=NOT_OPENAI),
+        "repetition_penalty": Rule(Action.REJECT, note=NOT_OPENAI),
+        "min_p": Rule(Action.REJECT, note=NOT_OPENAI),
+        "response_format": Rule(Action.REJECT, note="legacy completions have no response_format"),
+        UNKNOWN: Rule(Action.REJECT, note="unknown to OpenAI's completions API"),
+    }
+)
+
+SPEC = DialectSpec(name="openai", rules=RULES)

@@ -1,0 +1,26 @@
+"""What a dialect is: its parameter table plus the behaviour flags the adapter acts on.
+
+The flags describe upstream behaviour that is not a property of one request field, so they
+cannot live in the rule table (providers.params).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from providers.params import Dialect
+
+
+@dataclass(frozen=True, slots=True)
+class DialectSpec:
+    name: str  # the config `type:` tag
+    rules: Dialect
+    # Old Fireworks docs say the matched stop string is returned in the text: the adapter strips
+    # a trailing stop string (and holds back possible stop prefixes while streaming).
+    stop_may_be_included: bool = False
+    # The upstream has no `stream_options`; usage rides on the last content chunk instead.
+    # When False the adapter always asks for `{"include_usage": true}` (accounting needs usage).
+    usage_on_last_chunk: bool = False
+    # The upstream's default for context overflow is not OpenAI's ("error"), so the effective
+    # `context_length_exceeded_behavior` is always sent.
+    needs_explicit_context_behavior: bool = False

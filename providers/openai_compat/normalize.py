@@ -1,0 +1,218 @@
+"""Upstream answers → the canonical shape of providers/base.py (protocol.md §2, §3, §9).
+
+Canonical output is OpenAI's: choices in `prompt_idx * n + i` order with exactly `text`,
+`index`, `logprobs` (legacy four lists, or null) and `finish_reason`; provider extras
+(`stop_reason`, `raw_output`, `token_ids`, `prompt_logprobs`, `perf_metrics`, …) are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from gateway.errors import UpstreamError
+
+from .errors import bad_answer
+from .stops import StopHoldBack, strip_stop
+
+Json = dict[str, Any]
+
+FINISH: Mapping[str, str] = MappingProxyType(
+    {
+        "stop": "stop",
+        "length": "length",
+        "content_filter": "content_filter",
+        # spellings of other OpenAI-compatible servers
+        "eos": "stop",
+        "eos_token": "stop",
+        "stop_sequence": "stop",
+        "max_tokens": "length",
+    }
+)
+# Fireworks `error`, vLLM `abort`: the choice did not complete; its text cannot be trusted.
+FAILED = frozenset({"error", "abort", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What the caller asked for that decides the canonical output."""
+
+    label: str  # the target, for error messages
+    want_logprobs: bool
+    stops: tuple[str, ...] = ()  # stop strings to cut (dialects that may include them)
+
+
+# ---------------------------------------------------------------- pieces
+
+
+def finish_reason(value: Any, index: int, label: str) -> str | None:
+    if value is None:
+        return None
+    if value in FAILED:
+        raise UpstreamError(
+            f"Upstream {label} failed while generating choice {index} (finish_reason {value!r}).",
+            target=label,
+            code="upstream_generation_failed",
+        )
+    return FINISH.get(value, "stop")  # an unknown spelling still means the choice ended
+
+
+def legacy_logprobs(raw: Any) -> Json | None:
+    """Legacy `{tokens, token_logprobs, top_logprobs, text_offset}`, from the legacy form (extras
+    such as `token_ids` dropped) or from Fireworks' `{"content": [...]}` form."""
+    if not isinstance(raw, dict):
+        return None
+    content = raw.get("content")
+    if isinstance(content, list):
+        return _from_content(content)
+    tokens = list(raw.get("tokens") or ())
+    size = len(tokens)
+    return {
+        "tokens": tokens,
+        "token_logprobs": list(raw.get("token_logprobs") or [None] * size),
+        "top_logprobs": list(raw.get("top_logprobs") or [None] * size),
+        "text_offset": list(raw.get("text_offset") or _offsets(tokens, 0)),
+    }
+
+
+def _from_content(content: Sequence[Any]) -> Json:
+    entries = [e for e in content if isinstance(e, dict)]
+    tokens = [str(e.get("token", "")) for e in entries]
+    offsets = [e.get("text_offset") for e in entries]
+    return {
+        "tokens": tokens,
+        "token_logprobs": [e.get("logprob") for e in entries],
+        "top_logprobs": [_top(e.get("top_logprobs")) for e in entries],
+        "text_offset": offsets if None not in offsets else _offsets(tokens, 0),
+    }
+
+
+def _top(alternatives: Any) -> dict[str, Any] | None:
+    if not isinstance(alternatives, list) or not alternatives:
+        return None
+    return {str(a.get("token", "")): a.get("logprob") for a in alternatives if isinstance(a, dict)}
+
+
+def _offsets(tokens: Iterable[str], start: int) -> list[int]:
+    out = []
+    for token in tokens:
+        out.append(start)
+        start += len(token)
+    return out
+
+
+def usage(raw: Any) -> Json | None:
+    """OpenAI usage; Fireworks may send `completion_tokens: null`."""
+    if not isinstance(raw, dict):
+        return None
+    prompt = _count(raw.get("prompt_tokens"))
+    completion = raw.get("completion_tokens")
+    if type(completion) is not int:
+        total = raw.get("total_tokens")
+        completion = max(total - prompt, 0) if type(total) is int else 0
+    out: Json = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    for key in ("prompt_tokens_details", "completion_tokens_details"):
+        if isinstance(raw.get(key), dict):
+            out[key] = raw[key]
+    return out
+
+
+def _count(value: Any) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def choice(raw: Any, position: int, shape: Shape, final: bool) -> Json:
+    """One canonical choice (or stream delta); `final` for non-stream answers, where a choice
+    has always ended."""
+    if not isinstance(raw, dict):
+        raise bad_answer(shape.label, "a choice that is not a JSON object")
+    index = raw.get("index")
+    index = index if type(index) is int else position
+    reason = finish_reason(raw.get("finish_reason"), index, shape.label)
+    return {
+        "text": raw.get("text") or "",
+        "index": index,
+        "logprobs": legacy_logprobs(raw.get("logprobs")),
+        "finish_reason": reason or ("stop" if final else None),
+    }
+
+
+# ---------------------------------------------------------------- whole answers
+
+
+def choices(body: Mapping[str, Any], shape: Shape) -> list[Json]:
+    """The choices of a non-stream answer, in index order, logprobs still as returned."""
+    raw = body.get("choices")
+    if not isinstance(raw, list):
+        raise bad_answer(shape.label, "a response without choices")
+    out = [choice(c, i, shape, final=True) for i, c in enumerate(raw)]
+    out.sort(key=lambda c: c["index"])
+    return out
+
+
+def finish(body: Mapping[str, Any], picked: list[Json], shape: Shape) -> Json:
+    """The canonical completion from the chosen choices."""
+    for c in picked:
+        if shape.stops:
+            strip_stop(c, shape.stops)
+        if not shape.want_logprobs:
+            c["logprobs"] = None
+    out: Json = {"choices": picked, "usage": usage(body.get("usage"))}
+    fingerprint = body.get("system_fingerprint")
+    if isinstance(fingerprint, str):
+        out["system_fingerprint"] = fingerprint
+    return out
+
+
+class StreamNormalizer:
+    """Upstream stream events → canonical chunks: content chunks carry only `choices`; usage,
+    wherever the upstream put it (its own chunk, or the last content chunk as Fireworks does),
+    becomes one final `{"choices": [], "usage": …}`."""
+
+    __slots__ = ("_hold", "_shape", "_usage")
+
+    def __init__(self, shape: Shape) -> None:
+        self._shape = shape
+        self._hold = StopHoldBack(shape.stops) if shape.stops else None
+        self._usage: Any = None
+
+    def feed(self, event: Mapping[str, Any]) -> list[Json]:
+        if event.get("usage") is not None:
+            self._usage = event["usage"]
+        raw = event.get("choices")
+        if not raw or not isinstance(raw, list):
+            return []
+        deltas = []
+        for position, item in enumerate(raw):
+            delta: Json | None = choice(item, position, self._shape, final=False)
+            if self._hold is not None:
+                delta = self._hold.feed(delta)  # type: ignore[arg-type]
+            if delta is None:
+                continue
+            if not self._shape.want_logprobs:
+                delta["logprobs"] = None
+            if _carries(delta):
+                deltas.append(delta)
+        return [{"choices": deltas}] if deltas else []
+
+    def end(self) -> list[Json]:
+        out: list[Json] = []
+        held = self._hold.flush() if self._hold is not None else []
+        if held:
+            out.append({"choices": held})
+        final = usage(self._usage)
+        if final is not None:
+            out.append({"choices": [], "usage": final})
+        return out
+
+
+def _carries(delta: Json) -> bool:
+    """Empty deltas (chunked prefill, keep-alives) are not worth a chunk."""
+    lp = delta["logprobs"]
+    return bool(delta["text"]) or delta["finish_reason"] is not None or bool(lp and lp["tokens"])

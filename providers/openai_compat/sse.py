@@ -1,0 +1,60 @@
+"""Incremental decoder of an upstream's server-sent events (the WHATWG rules the SDK follows).
+
+Lines end in `\\n`, `\\r\\n` or `\\r`; `data:` lines of one event are joined by `\\n`; a blank line
+ends the event; lines starting with `:` are comments (keep-alives); other fields (`event:`,
+`id:`, `retry:`) carry nothing a completion needs and are ignored.
+"""
+
+from __future__ import annotations
+
+DONE = b"[DONE]"
+
+
+class SSEDecoder:
+    __slots__ = ("_data", "_rest")
+
+    def __init__(self) -> None:
+        self._rest = b""  # an unfinished line (and a `\r` whose `\n` may be in the next chunk)
+        self._data: list[bytes] | None = None  # data lines of the event being read
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The data of every event completed by `chunk`, in order."""
+        buf = self._rest + chunk if self._rest else chunk
+        hold = b""
+        if buf.endswith(b"\r"):
+            buf, hold = buf[:-1], b"\r"
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *lines, rest = buf.split(b"\n")
+        self._rest = rest + hold
+        events: list[bytes] = []
+        for line in lines:
+            self._line(line, events)
+        return events
+
+    def flush(self) -> list[bytes]:
+        """At end of stream: an event without its final blank line is still delivered (lenient
+        towards servers that close right after the last `data:` line)."""
+        events: list[bytes] = []
+        rest, self._rest = self._rest.rstrip(b"\r"), b""
+        if rest:
+            self._line(rest, events)
+        self._line(b"", events)
+        return events
+
+    def _line(self, line: bytes, events: list[bytes]) -> None:
+        if not line:
+            if self._data is not None:
+                events.append(self._data[0] if len(self._data) == 1 else b"\n".join(self._data))
+                self._data = None
+            return
+        if line.startswith(b"data:"):
+            value = line[6:] if line.startswith(b"data: ") else line[5:]
+        elif line == b"data":
+            value = b""
+        else:
+            return  # a comment or a field a completion does not use
+        if self._data is None:
+            self._data = [value]
+        else:
+            self._data.append(value)

@@ -1,0 +1,134 @@
+"""Parameter rules: how one dialect treats each request field, as data.
+
+A dialect is a mapping field name → Rule, plus the rule for unknown fields under the key `*`.
+Dialects derive from the OpenAI table and state only their differences (`derive`).
+
+    pass     forward as is; a value outside the dialect's own range is a 400 (never clamped)
+    rename   forward under another name
+    convert  forward the result of a function (a value the upstream spells differently)
+    emulate  the gateway does it itself; the field is not forwarded
+    drop     not forwarded, without changing the result; reported in the dropped-params header
+    reject   the upstream cannot do it: the model's `unsupported_params` decides, 400 or drop
+
+`apply_rules` never clamps and never drops silently: every dropped field is returned so the
+response can say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any, Literal
+
+from gateway.errors import InvalidRequest, UnsupportedParameter
+
+UNKNOWN = "*"
+Policy = Literal["reject", "drop"]
+
+
+class Action(Enum):
+    PASS = "pass"
+    RENAME = "rename"
+    CONVERT = "convert"
+    EMULATE = "emulate"
+    DROP = "drop"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    action: Action
+    to: str | None = None  # rename target
+    lo: float | None = None  # inclusive range the upstream accepts (pass/rename)
+    hi: float | None = None
+    convert: Callable[[Any], Mapping[str, Any]] | None = None  # value → fields to send
+    note: str = ""
+
+    def with_range(self, lo: float | None, hi: float | None) -> Rule:
+        return replace(self, lo=lo, hi=hi)
+
+
+def passes(lo: float | None = None, hi: float | None = None) -> Rule:
+    return Rule(Action.PASS, lo=lo, hi=hi)
+
+
+def rename(to: str) -> Rule:
+    return Rule(Action.RENAME, to=to)
+
+
+def convert(fn: Callable[[Any], Mapping[str, Any]], note: str = "") -> Rule:
+    return Rule(Action.CONVERT, convert=fn, note=note)
+
+
+EMULATE = Rule(Action.EMULATE)
+DROP = Rule(Action.DROP)
+REJECT = Rule(Action.REJECT)
+
+Dialect = Mapping[str, Rule]
+
+
+def derive(base: Dialect, **changes: Rule) -> dict[str, Rule]:
+    return {**base, **changes}
+
+
+@dataclass(slots=True)
+class Applied:
+    body: dict[str, Any]  # what goes upstream
+    emulated: frozenset[str]  # fields the gateway must carry out itself
+    dropped: tuple[str, ...]  # fields not forwarded: the response says so
+
+
+def apply_rules(
+    dialect: Dialect,
+    fields: Mapping[str, Any],
+    *,
+    target: str,
+    policy: Policy,
+    skip: Iterable[str] = (),
+) -> Applied:
+    """Map validated request `fields` to an upstream body; `skip` names fields set elsewhere."""
+    body: dict[str, Any] = {}
+    emulated: set[str] = set()
+    dropped: list[str] = []
+    skipped = frozenset(skip)
+    default = dialect[UNKNOWN]
+    for name, value in fields.items():
+        if name in skipped:
+            continue
+        rule = dialect.get(name, default)
+        action = rule.action
+        if action is Action.PASS or action is Action.RENAME:
+            _check_range(rule, name, value, target)
+            body[rule.to or name] = value
+        elif action is Action.CONVERT:
+            body.update(rule.convert(value))  # type: ignore[misc]
+        elif action is Action.EMULATE:
+            emulated.add(name)
+        elif action is Action.DROP or policy == "drop":
+            dropped.append(name)
+        else:
+            raise UnsupportedParameter(
+                f"Parameter '{name}' is not supported by target '{target}'"
+                + (f" ({rule.note})." if rule.note else "."),
+                param=name,
+            )
+    return Applied(body, frozenset(emulated), tuple(dropped))
+
+
+def _check_range(rule: Rule, name: str, value: Any, target: str) -> None:
+    if rule.lo is None and rule.hi is None:
+        return
+    if type(value) not in (int, float):
+        return
+    if (rule.lo is not None and value < rule.lo) or (rule.hi is not None and value > rule.hi):
+        bounds = f"[{_fmt(rule.lo, '-inf')}, {_fmt(rule.hi, 'inf')}]"
+        raise InvalidRequest(
+            f"'{name}'={value} is outside the range {bounds} that target '{target}' accepts.",
+            param=name,
+            code="unsupported_value",
+        )
+
+
+def _fmt(v: float | None, unbounded: str) -> str:
+    return unbounded if v is None else f"{v:g}"

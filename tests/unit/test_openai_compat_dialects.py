@@ -1,0 +1,349 @@
+"""Dialect tables of the OpenAI-compatible adapter, and how prepare() maps a request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.errors import ConfigError, InvalidRequest, UnsupportedParameter
+from gateway.schemas import FIELDS, RequestLimits, validate_completion
+from providers.base import Target
+from providers.openai_compat import OpenAICompatProvider
+from providers.openai_compat.adapter import Plan
+from providers.openai_compat.dialects import DIALECTS
+from providers.params import UNKNOWN, Action, apply_rules
+
+TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible")
+
+
+def request(**fields: Any) -> Any:
+    return validate_completion({"model": "alias", "prompt": "hi", **fields}, RequestLimits())
+
+
+def provider(tag: str) -> OpenAICompatProvider:
+    return OpenAICompatProvider.from_config(
+        "up", tag, {"type": tag, "base_url": "http://127.0.0.1:9/v1"}, "providers.up"
+    )
+
+
+def target(policy: str = "reject") -> Target:
+    return Target("alias", "up", "acct/model-x", 30.0, policy)  # type: ignore[arg-type]
+
+
+def body_of(tag: str, policy: str = "reject", **fields: Any) -> dict[str, Any]:
+    prepared = provider(tag).prepare(request(**fields), target(policy))
+    plan: Plan = prepared.state
+    assert orjson.loads(plan.payload) == plan.body  # serialized once, the same thing
+    return dict(plan.body)
+
+
+# ---------------------------------------------------------------- coverage
+
+
+def test_every_tag_has_a_dialect() -> None:
+    assert set(DIALECTS) == set(TAGS) == set(OpenAICompatProvider.type_tags)
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_every_field_has_a_rule_in_every_dialect(tag: str) -> None:
+    rules = DIALECTS[tag].rules
+    missing = [name for name in FIELDS if name not in rules]
+    assert missing == []
+    assert UNKNOWN in rules
+
+
+EXPECTED: dict[str, dict[str, Action]] = {
+    "openai": {
+        "best_of": Action.PASS,
+        "suffix": Action.PASS,
+        "top_k": Action.REJECT,
+        "mirostat_target": Action.REJECT,
+        "response_format": Action.REJECT,
+        "context_length_exceeded_behavior": Action.EMULATE,
+        UNKNOWN: Action.REJECT,
+    },
+    "fireworks": {
+        "best_of": Action.EMULATE,
+        "suffix": Action.REJECT,
+        "stream_options": Action.EMULATE,
+        "top_k": Action.PASS,
+        "mirostat_lr": Action.PASS,
+        "ignore_eos": Action.PASS,
+        "context_length_exceeded_behavior": Action.PASS,
+        UNKNOWN: Action.REJECT,
+    },
+    "vllm-server": {
+        "best_of": Action.EMULATE,
+        "suffix": Action.REJECT,
+        "top_p": Action.CONVERT,
+        "stream_options": Action.CONVERT,
+        "response_format": Action.CONVERT,
+        "mirostat_target": Action.REJECT,
+        "min_p": Action.PASS,
+        "context_length_exceeded_behavior": Action.EMULATE,
+        UNKNOWN: Action.PASS,
+    },
+    "openai-compatible": {
+        "best_of": Action.EMULATE,
+        "top_k": Action.PASS,
+        "mirostat_target": Action.REJECT,
+        "response_format": Action.PASS,
+        "context_length_exceeded_behavior": Action.EMULATE,
+        UNKNOWN: Action.PASS,
+    },
+}
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_actions(tag: str) -> None:
+    rules = DIALECTS[tag].rules
+    assert {name: rules[name].action for name in EXPECTED[tag]} == EXPECTED[tag]
+
+
+def test_ranges() -> None:
+    fw = DIALECTS["fireworks"].rules
+    assert (fw["top_k"].lo, fw["top_k"].hi) == (0, 100)
+    assert (fw["repetition_penalty"].lo, fw["repetition_penalty"].hi) == (0.0, 2.0)
+    assert (fw["logprobs"].lo, fw["logprobs"].hi) == (0, 5)
+    assert DIALECTS["vllm-server"].rules["mirostat_lr"].note == "vLLM has no mirostat"
+
+
+def test_flags() -> None:
+    fw = DIALECTS["fireworks"]
+    assert (
+        fw.stop_may_be_included,
+        fw.usage_on_last_chunk,
+        fw.needs_explicit_context_behavior,
+    ) == (
+        True,
+        True,
+        True,
+    )
+    for tag in ("openai", "vllm-server", "openai-compatible"):
+        spec = DIALECTS[tag]
+        flags = (spec.stop_may_be_included, spec.usage_on_last_chunk)
+        assert flags == (False, False)
+        assert spec.needs_explicit_context_behavior is False
+
+
+# ---------------------------------------------------------------- rule application
+
+
+def test_reject_names_param_and_target() -> None:
+    with pytest.raises(UnsupportedParameter) as exc:
+        body_of("openai", top_k=5)
+    assert exc.value.param == "top_k"
+    assert exc.value.status == 400
+    assert exc.value.code == "unsupported_parameter"
+    assert "up/acct/model-x" in exc.value.message
+    assert "not an OpenAI parameter" in exc.value.message
+
+
+def test_drop_policy_reports_dropped() -> None:
+    prepared = provider("fireworks").prepare(request(suffix="x", foo=1, top_k=3), target("drop"))
+    assert prepared.dropped == ("suffix", "foo")
+    body = prepared.state.body
+    assert "suffix" not in body and "foo" not in body
+    assert body["top_k"] == 3
+
+
+def test_unknown_fields_pass_for_vllm_and_are_rejected_by_fireworks() -> None:
+    assert body_of("vllm-server", min_tokens=4)["min_tokens"] == 4
+    assert body_of("openai-compatible", min_tokens=4)["min_tokens"] == 4
+    with pytest.raises(UnsupportedParameter) as exc:
+        body_of("fireworks", min_tokens=4)
+    assert exc.value.param == "min_tokens"
+
+
+@pytest.mark.parametrize(
+    ("tag", "field", "value"),
+    [
+        ("fireworks", "top_k", 101),
+        ("fireworks", "top_k", -1),
+        ("fireworks", "repetition_penalty", 2.5),
+    ],
+)
+def test_out_of_range_is_rejected_never_clamped(tag: str, field: str, value: Any) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        body_of(tag, **{field: value})
+    assert exc.value.param == field
+    assert exc.value.code == "unsupported_value"
+    assert "up/acct/model-x" in exc.value.message
+
+
+def test_in_range_values_pass_unchanged() -> None:
+    body = body_of("fireworks", top_k=100, repetition_penalty=2.0, min_p=0.5)
+    assert (body["top_k"], body["repetition_penalty"], body["min_p"]) == (100, 2.0, 0.5)
+
+
+def test_vllm_top_p_zero_becomes_tiny() -> None:
+    assert body_of("vllm-server", top_p=0)["top_p"] == 1e-9
+    assert body_of("vllm-server", top_p=0.3)["top_p"] == 0.3
+    assert body_of("openai", top_p=0)["top_p"] == 0
+
+
+def test_vllm_response_format_json_object_with_schema() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    body = body_of("vllm-server", response_format={"type": "json_object", "schema": schema})
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "schema", "schema": schema},
+    }
+    plain = body_of("vllm-server", response_format={"type": "json_object"})
+    assert plain["response_format"] == {"type": "json_object"}
+    fw = body_of("fireworks", response_format={"type": "json_object", "schema": schema})
+    assert fw["response_format"] == {"type": "json_object", "schema": schema}
+
+
+def test_apply_rules_directly_reports_emulated() -> None:
+    applied = apply_rules(
+        DIALECTS["fireworks"].rules,
+        {"best_of": 3, "stream_options": {"include_usage": True}, "n": 2},
+        target="t",
+        policy="reject",
+    )
+    assert applied.emulated == frozenset({"best_of", "stream_options"})
+    assert applied.body == {"n": 2}
+
+
+# ---------------------------------------------------------------- the body prepare() builds
+
+
+def test_body_basics() -> None:
+    body = body_of("openai", prompt=["a", "b"], temperature=0.5, stop="\n", user="u1")
+    assert body == {
+        "model": "acct/model-x",
+        "prompt": ["a", "b"],
+        "temperature": 0.5,
+        "stop": "\n",
+        "user": "u1",
+        "max_tokens": 16,
+        "stream": False,
+    }
+
+
+def test_stream_always_asks_for_usage_except_fireworks() -> None:
+    for tag in ("openai", "vllm-server", "openai-compatible"):
+        body = body_of(tag, stream=True)
+        assert body["stream_options"] == {"include_usage": True}
+        body = body_of(tag, stream=True, stream_options={"include_usage": False})
+        assert body["stream_options"] == {"include_usage": True}
+    fw = body_of("fireworks", stream=True, stream_options={"include_usage": True})
+    assert "stream_options" not in fw
+    assert fw["stream"] is True
+
+
+def test_fireworks_always_gets_context_behavior() -> None:
+    assert body_of("fireworks")["context_length_exceeded_behavior"] == "error"
+    body = body_of("fireworks", context_length_exceeded_behavior="truncate")
+    assert body["context_length_exceeded_behavior"] == "truncate"
+
+
+def test_truncate_is_emulated_elsewhere() -> None:
+    p = provider("vllm-server").prepare(
+        request(context_length_exceeded_behavior="truncate"), target()
+    )
+    assert p.state.truncate is True
+    assert "context_length_exceeded_behavior" not in p.state.body
+    p = provider("openai").prepare(request(context_length_exceeded_behavior="error"), target())
+    assert p.state.truncate is False
+    p = provider("fireworks").prepare(
+        request(context_length_exceeded_behavior="truncate"), target()
+    )
+    assert p.state.truncate is False  # native
+
+
+def test_best_of_emulation_asks_for_all_candidates() -> None:
+    p = provider("vllm-server").prepare(request(n=2, best_of=5), target())
+    assert (p.state.body["n"], p.state.body["logprobs"], p.state.best_of) == (5, 0, 5)
+    assert "best_of" not in p.state.body
+    assert p.state.shape.want_logprobs is False
+    p = provider("vllm-server").prepare(request(best_of=3, logprobs=2), target())
+    assert (p.state.body["n"], p.state.body["logprobs"], p.state.best_of) == (3, 2, 3)
+    assert p.state.shape.want_logprobs is True
+    p = provider("openai").prepare(request(best_of=3), target())
+    assert (p.state.body["best_of"], p.state.best_of) == (3, 0)  # native
+    p = provider("fireworks").prepare(request(n=2, best_of=2), target())
+    assert p.state.best_of == 0 and "logprobs" not in p.state.body
+
+
+def test_stops_are_cut_only_where_they_may_be_included() -> None:
+    assert provider("fireworks").prepare(request(stop=["a", "bc"]), target()).state.shape.stops == (
+        "a",
+        "bc",
+    )
+    assert provider("openai").prepare(request(stop=["a"]), target()).state.shape.stops == ()
+
+
+# ---------------------------------------------------------------- config
+
+
+def test_from_config_builds_headers_and_url() -> None:
+    p = OpenAICompatProvider.from_config(
+        "fw",
+        "fireworks",
+        {
+            "type": "fireworks",
+            "base_url": "https://api.fireworks.ai/inference/v1/",
+            "api_key": "sk-1",
+            "headers": {"X-Session-Affinity": "s1", "User-Agent": "me"},
+            "max_connections": 8,
+            "connect_timeout_s": 2,
+        },
+        "providers.fw",
+    )
+    assert p.name == "fw" and p.spec is DIALECTS["fireworks"] and not p.ready()
+    client = p._client
+    assert client._url == "https://api.fireworks.ai/inference/v1/completions"
+    assert client._headers == {
+        "content-type": "application/json",
+        "user-agent": "me",
+        "authorization": "Bearer sk-1",
+        "x-session-affinity": "s1",
+    }
+    assert (client._limit, client._connect_s) == (8, 2.0)
+
+
+BAD_CONFIG: list[tuple[dict[str, Any], str]] = [
+    ({"base_url": None}, "providers.p.base_url"),
+    ({"base_url": "ftp://x/v1"}, "providers.p.base_url"),
+    ({"base_url": "http:///v1"}, "providers.p.base_url"),
+    ({"base_url": "http://x/v1?api-version=1"}, "providers.p.base_url"),
+    ({"base_url": "http://u:p@x/v1"}, "providers.p.base_url"),
+    ({"api_key": 5}, "providers.p.api_key"),
+    ({"api_key": "sk 1"}, "providers.p.api_key"),
+    ({"headers": ["a"]}, "providers.p.headers"),
+    ({"headers": {"bad name": "v"}}, "providers.p.headers.bad name"),
+    ({"headers": {"x-a": 1}}, "providers.p.headers.x-a"),
+    ({"headers": {"x-a": "a\nb"}}, "providers.p.headers.x-a"),
+    ({"headers": {"Content-Length": "3"}}, "providers.p.headers.Content-Length"),
+    ({"api_key": "k", "headers": {"Authorization": "x"}}, "providers.p.headers.Authorization"),
+    ({"max_connections": 0}, "providers.p.max_connections"),
+    ({"max_connections": True}, "providers.p.max_connections"),
+    ({"connect_timeout_s": "1"}, "providers.p.connect_timeout_s"),
+    ({"connect_timeout_s": 0}, "providers.p.connect_timeout_s"),
+    ({"model": "x"}, "providers.p.model"),
+]
+
+
+@pytest.mark.parametrize(("block", "path"), BAD_CONFIG)
+def test_bad_config_names_the_path(block: dict[str, Any], path: str) -> None:
+    settings = {"type": "openai", "base_url": "http://x/v1", **block}
+    with pytest.raises(ConfigError) as exc:
+        OpenAICompatProvider.from_config("p", "openai", settings, "providers.p")
+    assert exc.value.path == path
+
+
+def test_unknown_type_tag() -> None:
+    with pytest.raises(ConfigError) as exc:
+        OpenAICompatProvider.from_config("p", "vllm", {"base_url": "http://x"}, "providers.p")
+    assert exc.value.path == "providers.p.type"
+
+
+def test_empty_api_key_sends_no_authorization() -> None:
+    p = OpenAICompatProvider.from_config(
+        "p", "vllm-server", {"base_url": "http://x/v1", "api_key": ""}, "providers.p"
+    )
+    assert "authorization" not in p._client._headers

@@ -1,0 +1,406 @@
+"""Normalization of upstream answers: order, logprobs, stops, usage, best_of, truncate."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from gateway.errors import UpstreamError
+from providers.openai_compat.emulate import completion_room, mean_logprob, select_best
+from providers.openai_compat.normalize import (
+    Shape,
+    StreamNormalizer,
+    choices,
+    finish,
+    legacy_logprobs,
+    usage,
+)
+from providers.openai_compat.stops import StopHoldBack, strip_stop, trim_logprobs
+
+LABEL = "fw/accounts/x/models/y"
+
+
+def lp(*pairs: tuple[str, float | None], start: int = 0) -> dict[str, Any]:
+    tokens = [t for t, _ in pairs]
+    offsets, at = [], start
+    for t in tokens:
+        offsets.append(at)
+        at += len(t)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [v for _, v in pairs],
+        "top_logprobs": [{t: v} for t, v in pairs],
+        "text_offset": offsets,
+    }
+
+
+def complete(body: dict[str, Any], shape: Shape) -> dict[str, Any]:
+    return finish(body, choices(body, shape), shape)
+
+
+# ---------------------------------------------------------------- non-stream
+
+
+def test_choices_ordered_by_index_and_extras_dropped() -> None:
+    body = {
+        "id": "uuid",
+        "choices": [
+            {
+                "index": 1,
+                "text": "b",
+                "finish_reason": "length",
+                "stop_reason": None,
+                "token_ids": [1],
+            },
+            {"index": 0, "text": "a", "finish_reason": "stop", "raw_output": {}, "logprobs": None},
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        "perf_metrics": {},
+        "system_fingerprint": "fp_1",
+    }
+    out = complete(body, Shape(LABEL, want_logprobs=False))
+    assert out == {
+        "choices": [
+            {"text": "a", "index": 0, "logprobs": None, "finish_reason": "stop"},
+            {"text": "b", "index": 1, "logprobs": None, "finish_reason": "length"},
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        "system_fingerprint": "fp_1",
+    }
+
+
+@pytest.mark.parametrize("reason", ["error", "abort"])
+def test_failed_finish_reason_is_an_upstream_error(reason: str) -> None:
+    body = {"choices": [{"index": 0, "text": "x", "finish_reason": reason}]}
+    with pytest.raises(UpstreamError) as exc:
+        complete(body, Shape(LABEL, False))
+    assert exc.value.status == 502
+    assert LABEL in exc.value.message
+    assert repr(reason) in exc.value.message
+
+
+def test_missing_choices_is_a_bad_answer() -> None:
+    with pytest.raises(UpstreamError) as exc:
+        complete({"object": "text_completion"}, Shape(LABEL, False))
+    assert exc.value.code == "upstream_bad_response"
+    assert LABEL in exc.value.message
+
+
+def test_logprobs_removed_unless_requested() -> None:
+    body = {
+        "choices": [{"index": 0, "text": "a", "finish_reason": "stop", "logprobs": lp(("a", -1.0))}]
+    }
+    assert complete(body, Shape(LABEL, False))["choices"][0]["logprobs"] is None
+    assert complete(body, Shape(LABEL, True))["choices"][0]["logprobs"] == lp(("a", -1.0))
+
+
+def test_fireworks_content_logprobs_to_legacy() -> None:
+    raw = {
+        "content": [
+            {
+                "token": "Hel",
+                "logprob": -0.5,
+                "sampling_logprob": -0.4,
+                "token_id": 9,
+                "bytes": [72],
+                "text_offset": 0,
+                "top_logprobs": [
+                    {"token": "Hel", "logprob": -0.5, "token_id": 9},
+                    {"token": "Hi", "logprob": -1.5},
+                ],
+            },
+            {"token": "lo", "logprob": -0.25, "text_offset": 3, "top_logprobs": []},
+        ]
+    }
+    assert legacy_logprobs(raw) == {
+        "tokens": ["Hel", "lo"],
+        "token_logprobs": [-0.5, -0.25],
+        "top_logprobs": [{"Hel": -0.5, "Hi": -1.5}, None],
+        "text_offset": [0, 3],
+    }
+
+
+def test_legacy_logprobs_keep_four_lists_only() -> None:
+    raw = {**lp(("a", -1.0), ("b", None)), "token_ids": [1, 2]}
+    assert legacy_logprobs(raw) == lp(("a", -1.0), ("b", None))
+    assert legacy_logprobs({"tokens": ["ab", "c"]}) == {
+        "tokens": ["ab", "c"],
+        "token_logprobs": [None, None],
+        "top_logprobs": [None, None],
+        "text_offset": [0, 2],
+    }
+    assert legacy_logprobs(None) is None
+
+
+def test_usage_normalized() -> None:
+    assert usage({"prompt_tokens": 4, "completion_tokens": None, "total_tokens": 9}) == {
+        "prompt_tokens": 4,
+        "completion_tokens": 5,
+        "total_tokens": 9,
+    }
+    assert usage({"prompt_tokens": 4, "completion_tokens": None}) == {
+        "prompt_tokens": 4,
+        "completion_tokens": 0,
+        "total_tokens": 4,
+    }
+    details = {"cached_tokens": 2}
+    assert usage(
+        {
+            "prompt_tokens": 4,
+            "completion_tokens": 1,
+            "total_tokens": 5,
+            "prompt_tokens_details": details,
+        }
+    ) == {
+        "prompt_tokens": 4,
+        "completion_tokens": 1,
+        "total_tokens": 5,
+        "prompt_tokens_details": details,
+    }
+    assert usage(None) is None
+
+
+# ---------------------------------------------------------------- stop strings
+
+
+def test_strip_trailing_stop_and_its_logprobs() -> None:
+    c = {
+        "text": "Hello END",
+        "index": 0,
+        "logprobs": lp(("Hello", -1.0), (" E", -2.0), ("ND", -3.0)),
+        "finish_reason": "stop",
+    }
+    strip_stop(c, ("END",))
+    assert c["text"] == "Hello "
+    # " E" straddles the cut: it keeps its head " "; "ND" is gone
+    assert c["logprobs"] == {
+        "tokens": ["Hello", " "],
+        "token_logprobs": [-1.0, -2.0],
+        "top_logprobs": [{"Hello": -1.0}, {" E": -2.0}],
+        "text_offset": [0, 5],
+    }
+
+
+def test_strip_only_on_stop_and_only_a_suffix() -> None:
+    c = {"text": "a END", "index": 0, "logprobs": None, "finish_reason": "length"}
+    strip_stop(c, ("END",))
+    assert c["text"] == "a END"
+    c = {"text": "END here", "index": 0, "logprobs": None, "finish_reason": "stop"}
+    strip_stop(c, ("END",))
+    assert c["text"] == "END here"
+    c = {"text": "xab", "index": 0, "logprobs": None, "finish_reason": "stop"}
+    strip_stop(c, ("b", "ab"))  # the longest match: generation stopped where "ab" began
+    assert c["text"] == "x"
+
+
+def test_trim_logprobs_whole_tokens() -> None:
+    out = trim_logprobs(lp(("a", -1.0), ("bc", -2.0), ("d", -3.0)), 3)
+    assert out == {
+        "tokens": ["a"],
+        "token_logprobs": [-1.0],
+        "top_logprobs": [{"a": -1.0}],
+        "text_offset": [0],
+    }
+
+
+def test_non_stream_fireworks_stop_stripped() -> None:
+    body = {"choices": [{"index": 0, "text": "1, 2, 3\n\n", "finish_reason": "stop"}]}
+    out = complete(body, Shape(LABEL, False, stops=("\n\n",)))
+    assert out["choices"][0]["text"] == "1, 2, 3"
+
+
+def delta(
+    text: str, index: int = 0, finish: str | None = None, logprobs: Any = None
+) -> dict[str, Any]:
+    return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}
+
+
+def test_holdback_stop_split_over_three_deltas() -> None:
+    hold = StopHoldBack(("<END>",))
+    assert hold.feed(delta("Hi ")) == delta("Hi ")
+    assert hold.feed(delta("<E")) is None
+    assert hold.feed(delta("N")) is None
+    assert hold.feed(delta("D>", finish="stop")) == delta("", finish="stop")
+
+
+def test_holdback_keeps_whole_delta() -> None:
+    # The delta "Hi <" ends with "<": the whole delta is held, not split.
+    hold = StopHoldBack(("<END>",))
+    out = hold.feed(delta("Hi <"))
+    assert out is None
+    assert hold.feed(delta("E")) is None
+    assert hold.feed(delta("ND>", finish="stop")) == delta("Hi ", finish="stop")
+
+
+def test_holdback_releases_false_prefix() -> None:
+    hold = StopHoldBack(("<END>",))
+    assert hold.feed(delta("a")) == delta("a")
+    assert hold.feed(delta("<E")) is None
+    assert hold.feed(delta("x")) == delta("<Ex")  # not a stop after all: released, merged
+    assert hold.feed(delta(" b", finish="stop")) == delta(" b", finish="stop")
+
+
+def test_holdback_with_logprobs_across_boundary() -> None:
+    hold = StopHoldBack(("\n\n",))
+    assert hold.feed(delta("one", logprobs=lp(("one", -1.0)))) == delta(
+        "one", logprobs=lp(("one", -1.0))
+    )
+    assert hold.feed(delta("\n", logprobs=lp(("\n", -0.5), start=3))) is None
+    out = hold.feed(delta("\n", finish="stop", logprobs=lp(("\n", -0.1), start=4)))
+    assert out == delta(
+        "",
+        finish="stop",
+        logprobs={"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []},
+    )
+
+
+def test_holdback_per_choice_and_flush() -> None:
+    hold = StopHoldBack(("##",))
+    assert hold.feed(delta("a#", index=0)) is None
+    assert hold.feed(delta("b", index=1)) == delta("b", index=1)
+    assert hold.flush() == [delta("a#", index=0)]
+    assert hold.flush() == []
+
+
+def test_holdback_finish_without_stop_keeps_text() -> None:
+    hold = StopHoldBack(("##",))
+    assert hold.feed(delta("a#")) is None
+    assert hold.feed(delta("#", finish="length")) == delta("a##", finish="length")
+
+
+# ---------------------------------------------------------------- streams
+
+
+def test_stream_fireworks_usage_on_last_chunk_split_off() -> None:
+    norm = StreamNormalizer(Shape(LABEL, False))
+    usage_raw = {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    out = norm.feed({"choices": [{"index": 0, "text": "Hi", "finish_reason": None}], "usage": None})
+    assert out == [{"choices": [delta("Hi")]}]
+    out = norm.feed(
+        {
+            "choices": [{"index": 0, "text": "!", "finish_reason": "stop", "raw_output": {}}],
+            "usage": usage_raw,
+        }
+    )
+    assert out == [{"choices": [delta("!", finish="stop")]}]
+    assert norm.end() == [{"choices": [], "usage": usage_raw}]
+
+
+def test_stream_openai_usage_chunk_passed_on_last() -> None:
+    norm = StreamNormalizer(Shape(LABEL, False))
+    assert norm.feed({"choices": [{"index": 0, "text": "x", "finish_reason": "length"}]}) == [
+        {"choices": [delta("x", finish="length")]}
+    ]
+    assert (
+        norm.feed(
+            {
+                "choices": [],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )
+        == []
+    )
+    assert norm.end() == [
+        {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    ]
+
+
+def test_stream_skips_empty_deltas_and_no_usage_when_unknown() -> None:
+    norm = StreamNormalizer(Shape(LABEL, False))
+    assert norm.feed({"choices": [{"index": 0, "text": "", "finish_reason": None}]}) == []
+    assert norm.feed({"choices": [{"index": 0, "text": "", "logprobs": lp(("", -1.0))}]}) == []
+    assert norm.end() == []
+
+
+def test_stream_holdback_then_flush_at_end() -> None:
+    norm = StreamNormalizer(Shape(LABEL, True, stops=("STOP",)))
+    assert norm.feed({"choices": [{"index": 0, "text": "go S"}]}) == []
+    assert norm.feed({"choices": [{"index": 0, "text": "TOP", "finish_reason": "stop"}]}) == [
+        {"choices": [delta("go ", finish="stop")]}
+    ]
+    assert norm.feed({"choices": [{"index": 1, "text": "ST"}]}) == []
+    assert norm.end() == [{"choices": [delta("ST", index=1)]}]
+
+
+def test_stream_error_finish_raises() -> None:
+    norm = StreamNormalizer(Shape(LABEL, False))
+    with pytest.raises(UpstreamError) as exc:
+        norm.feed({"choices": [{"index": 2, "text": "", "finish_reason": "error"}]})
+    assert "choice 2" in exc.value.message and LABEL in exc.value.message
+
+
+# ---------------------------------------------------------------- best_of
+
+
+def cand(index: int, text: str, *values: float | None) -> dict[str, Any]:
+    pairs = tuple((f"t{i}", v) for i, v in enumerate(values))
+    return {"text": text, "index": index, "logprobs": lp(*pairs), "finish_reason": "stop"}
+
+
+def test_best_of_ranks_by_mean_logprob_per_prompt() -> None:
+    cands = [
+        cand(0, "a", -1.0, -1.0),  # mean -1
+        cand(1, "b", -0.1, None, -0.3),  # mean -0.2 (null skipped)
+        cand(2, "c", -5.0),  # -5
+        cand(3, "d", -2.0),  # prompt 1
+        cand(4, "e", -0.5),
+        cand(5, "f", -0.7),
+    ]
+    best = select_best(cands, best_of=3, n=2, prompts=["p", "q"], echo=False)
+    assert [(c["index"], c["text"]) for c in best] == [(0, "b"), (1, "a"), (2, "e"), (3, "f")]
+
+
+def test_best_of_through_finish_hides_logprobs_and_keeps_usage() -> None:
+    body = {
+        "choices": [cand(1, "good", -0.1), cand(0, "bad", -3.0)],
+        "usage": {"prompt_tokens": 2, "completion_tokens": 8, "total_tokens": 10},
+    }
+    shape = Shape(LABEL, want_logprobs=False)
+    picked = select_best(choices(body, shape), best_of=2, n=1, prompts=["p"], echo=False)
+    out = finish(body, picked, shape)
+    assert out["choices"] == [
+        {"text": "good", "index": 0, "logprobs": None, "finish_reason": "stop"}
+    ]
+    assert out["usage"]["completion_tokens"] == 8  # every candidate was generated
+
+
+def test_mean_logprob_skips_echoed_prompt() -> None:
+    c = {"logprobs": lp(("Say", None), (" hi", -9.0), ("!", -1.0))}
+    assert mean_logprob(c) == -5.0
+    assert mean_logprob(c, "Say hi") == -1.0
+    assert mean_logprob(c, [7, 8]) == -1.0
+    assert mean_logprob({"logprobs": None}) == -math.inf
+
+
+# ---------------------------------------------------------------- truncate
+
+
+@pytest.mark.parametrize(
+    ("message", "room"),
+    [
+        (
+            "This model's maximum context length is 4097 tokens, however you requested 4116 "
+            "tokens (3860 in your prompt; 256 for the completion). Please reduce your prompt; "
+            "or completion length.",
+            237,
+        ),
+        (
+            "This model's maximum context length is 131072 tokens. However, you requested 105924 "
+            "output tokens and your prompt contains at least 25149 input tokens, for a total of "
+            "at least 131073 tokens.",
+            105923,
+        ),
+        (
+            "Upstream v/m returned 400: This model's maximum context length is 2048 tokens. "
+            "However, you requested 2100 tokens (2000 in the messages, 100 in the completion).",
+            48,
+        ),
+        ("maximum context length is 100 tokens. However, your request has 150 input tokens.", -50),
+        ("context length exceeded", None),
+        ("maximum context length is 4097 tokens", None),
+    ],
+)
+def test_completion_room(message: str, room: int | None) -> None:
+    assert completion_room(message) == room

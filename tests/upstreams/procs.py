@@ -1,0 +1,265 @@
+"""Run test servers as subprocesses: a free port, readiness by polling, a clean stop.
+
+Generic (reuse for the gateway under uvicorn, vLLM, …):
+    free_port() -> int
+    wait_http_ready(url, timeout=15.0, proc=None)   # polls every 50 ms, no fixed sleeps
+    start_process(argv, port=…, ready_url=…, url=…) -> ServerProcess  (.url, .port, .stop())
+
+Scripted upstreams:
+    with start_scripted("fireworks", api_key="k") as up:
+        up.url        # http://127.0.0.1:<port>/inference/v1 (openai: …/v1)
+        up.requests() # what it received; up.reset(); up.stats(); up.script({"status": 503})
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self, TypeVar
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 15.0
+POLL_INTERVAL_S = 0.05
+STOP_TIMEOUT_S = 5.0
+OPENAI_TEST_KEY = "sk-scripted-openai"
+FIREWORKS_TEST_KEY = "fw-scripted-fireworks"
+BASE_PATHS = {"openai": "/v1", "fireworks": "/inference/v1"}
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or did not become ready in time; carries its output."""
+
+    def __init__(self, message: str, exited: bool = False) -> None:
+        super().__init__(message)
+        self.exited = exited
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (the OS picks it; tiny race until it is bound)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_http_ready(
+    url: str, timeout: float = READY_TIMEOUT_S, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll `url` until it answers 200; fail early if `proc` exits, or after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not _answers(url):
+        if proc is not None and proc.poll() is not None:
+            message = f"process exited with {proc.returncode} before {url} was ready"
+            raise ServerStartError(message, exited=True)
+        if time.monotonic() > deadline:
+            raise ServerStartError(f"{url} not ready after {timeout:.1f} s")
+        time.sleep(POLL_INTERVAL_S)
+
+
+class ServerProcess:
+    """A server subprocess; output goes to a temp log file (see `output()`)."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        port: int,
+        url: str,
+        log: IO[bytes],
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.proc = proc
+        self.port = port
+        self.host = host
+        self.url = url
+        self._log = log
+
+    @property
+    def root(self) -> str:
+        """http://host:port, without any API prefix."""
+        return f"http://{self.host}:{self.port}"
+
+    def output(self) -> str:
+        """Everything the process wrote to stdout/stderr so far."""
+        return Path(self._log.name).read_text(errors="replace")
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGINT, wait up to `timeout`, then SIGKILL. Idempotent; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._close_log()
+        return self.proc.returncode
+
+    def _close_log(self) -> None:
+        if not self._log.closed:
+            self._log.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._log.name)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep}{path}" if path else str(REPO_ROOT)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+S = TypeVar("S", bound=ServerProcess)
+
+
+def start_process(
+    argv: Sequence[str],
+    *,
+    port: int,
+    ready_url: str,
+    url: str,
+    timeout: float = READY_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+    cwd: Path = REPO_ROOT,
+    host: str = "127.0.0.1",
+    cls: type[S] = ServerProcess,  # type: ignore[assignment]
+) -> S:
+    """Start `argv`, wait until `ready_url` answers 200 and return the running server.
+    On failure the process is stopped and its output is in the exception message."""
+    log = tempfile.NamedTemporaryFile(prefix="server-", suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=_env(env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    server = cls(proc, port, url, log, host)
+    try:
+        wait_http_ready(ready_url, timeout, proc)
+    except ServerStartError as exc:
+        output = _read(log.name)
+        server.stop()
+        message = f"{exc}; argv={list(argv)}\n{output}"
+        raise ServerStartError(message, exc.exited) from None
+    return server
+
+
+def _read(path: str) -> str:
+    with contextlib.suppress(OSError):
+        return Path(path).read_text(errors="replace")
+    return "(output removed)"
+
+
+class ScriptedUpstream(ServerProcess):
+    """A running `tests.upstreams.scripted` server plus its test-control endpoints."""
+
+    @property
+    def dialect(self) -> str:
+        return "fireworks" if self.url.endswith(BASE_PATHS["fireworks"]) else "openai"
+
+    def _control(self, method: str, path: str, payload: Any = None) -> Any:
+        r = httpx.request(method, self.root + path, json=payload, timeout=5.0, trust_env=False)
+        r.raise_for_status()
+        return r.json()
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every completions request received: {seq, time, path, headers (lower-case), body}."""
+        result: list[dict[str, Any]] = self._control("GET", "/__requests")
+        return result
+
+    def last_request(self) -> dict[str, Any]:
+        return self.requests()[-1]
+
+    def reset(self) -> None:
+        self._control("POST", "/__reset")
+
+    def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._control("GET", "/__stats")
+        return result
+
+    def script(self, *steps: dict[str, Any]) -> None:
+        """Queue reactions to the next requests, e.g. script({"status": 503, "times": 2})."""
+        self._control("POST", "/__script", list(steps))
+
+
+def scripted_argv(dialect: str, port: int, host: str, options: Mapping[str, Any]) -> list[str]:
+    argv = [sys.executable, "-m", "tests.upstreams.scripted", "--dialect", dialect]
+    argv += ["--port", str(port), "--host", host]
+    for name, value in options.items():
+        if value is not None:
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
+
+
+def start_scripted(
+    dialect: str,
+    *,
+    api_key: str | None = None,
+    models: Sequence[str] | None = None,
+    context_window: int | None = None,
+    chunk_delay_ms: float | None = None,
+    host: str = "127.0.0.1",
+    timeout: float = READY_TIMEOUT_S,
+    attempts: int = 3,
+) -> ScriptedUpstream:
+    """Start a scripted upstream of `dialect` ("openai" | "fireworks") on a free port."""
+    options = {
+        "api_key": api_key,
+        "models": ",".join(models) if models else None,
+        "context_window": context_window,
+        "chunk_delay_ms": chunk_delay_ms,
+    }
+    for attempt in range(attempts):  # a free port can be taken before we bind it
+        port = free_port(host)
+        try:
+            return _start_scripted_on(dialect, port, host, options, timeout)
+        except ServerStartError as exc:
+            if not exc.exited or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_scripted_on(
+    dialect: str, port: int, host: str, options: Mapping[str, Any], timeout: float
+) -> ScriptedUpstream:
+    root = f"http://{host}:{port}"
+    return start_process(
+        scripted_argv(dialect, port, host, options),
+        port=port,
+        ready_url=f"{root}/health",
+        url=root + BASE_PATHS[dialect],
+        timeout=timeout,
+        host=host,
+        cls=ScriptedUpstream,
+    )

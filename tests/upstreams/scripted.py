@@ -1,0 +1,271 @@
+"""A scripted OpenAI or Fireworks `/v1/completions` upstream (aiohttp), for end-to-end tests.
+
+    python -m tests.upstreams.scripted --dialect {openai,fireworks} --port N
+        [--host 127.0.0.1] [--api-key K] [--models a,b] [--context-window 2048]
+        [--chunk-delay-ms 0]
+
+Serves POST `…/completions` (any prefix: /v1, /inference/v1, none), GET `/v1/models`,
+`/v1/models/{id}` (also under /inference/v1), GET /health, and the test controls
+GET /__requests, POST /__reset, GET /__stats, POST /__script. See README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from .control import get_model, health, list_models, requests_log, reset, script, stats
+from .dialect import Dialect
+from .dialect_fireworks import FireworksDialect
+from .dialect_openai import OpenAIDialect
+from .errors import UpstreamError, not_json_error
+from .fakegen import CONTEXT_WINDOW
+from .magic import Magic, parse_magic
+from .render import Result, build
+from .state import STATE, ServerState, check_auth, dumps, error_response, loads
+from .validate import Params, prompt_texts
+
+SLOW_CHUNKS = 600  # __slow_stream__: 600 chunks x 100 ms = 60 s
+SLOW_DELAY_S = 0.1
+MIDSTREAM_CHUNKS = 2
+MODEL_PREFIXES = ("", "/v1", "/inference/v1")
+DIALECTS: dict[str, type[Dialect]] = {"openai": OpenAIDialect, "fireworks": FireworksDialect}
+
+
+# ----------------------------------------------------------------------------- completions
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    body = loads(await request.read())
+    seq = state.record(request, body)
+    try:
+        resp = await answer(request, state, body, seq)
+    except UpstreamError as exc:
+        state.finish(seq, "error")
+        return error_response(exc)
+    except Dropped:
+        state.finish(seq, "dropped")
+        raise
+    except asyncio.CancelledError:
+        state.finish(seq, "cancelled")  # no-op when a stream already noted its disconnect
+        raise
+    state.finish(seq, "ok")
+    return resp
+
+
+async def answer(
+    request: web.Request, state: ServerState, body: Any, seq: int
+) -> web.StreamResponse:
+    check_auth(state, request)
+    magic = parse_magic(prompt_texts(body))
+    step = state.script.take()
+    if step is not None:
+        magic = step.as_magic(magic)
+    if magic.sleep_ms:
+        await asyncio.sleep(magic.sleep_ms / 1000)
+    if magic.close:
+        return drop_connection(request)
+    fail_fast(state.dialect, magic)
+    params = state.dialect.parse(body, state.window)
+    if state.strict_models and params.model not in state.models:
+        raise state.dialect.model_not_found(params.model)
+    if params.stream:
+        return await stream(request, state, params, magic, seq)
+    result = build(params, state.dialect.include_stop, state.window)
+    headers = state.dialect.headers(params, result)
+    return web.json_response(state.dialect.body(params, result), headers=headers, dumps=dumps)
+
+
+def fail_fast(dialect: Dialect, magic: Magic) -> None:
+    if magic.notjson is not None:
+        raise not_json_error(magic.notjson)
+    if magic.status is not None:
+        raise dialect.status_error(magic.status, magic.quota)
+
+
+class Dropped(asyncio.CancelledError):
+    """The handler ends after closing the socket itself; aiohttp treats it as cancelled."""
+
+
+def drop_connection(request: web.Request) -> web.StreamResponse:
+    """Close the socket where it stands (no answer, or a cut stream): the client sees a
+    disconnect."""
+    if request.transport is not None:
+        request.transport.abort()
+    raise Dropped
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+def sse(event: Any) -> bytes:
+    return b"data: " + orjson.dumps(event) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def slow_params(params: Params) -> Params:
+    return replace(
+        params,
+        prompts=params.prompts[:1],
+        n=1,
+        best_of=1,
+        max_tokens=SLOW_CHUNKS,
+        stops=(),
+        truncate=False,
+        ignore_eos=True,
+    )
+
+
+def stream_payloads(dialect: Dialect, params: Params, result: Result, magic: Magic) -> list[bytes]:
+    events = [sse(e) for e in dialect.stream_events(params, result)]
+    if not magic.midstream_error:
+        return [*events, DONE]
+    error = dialect.midstream_error_event()
+    if error is None:  # Fireworks: the connection just breaks
+        return events[:MIDSTREAM_CHUNKS]
+    return [*events[:MIDSTREAM_CHUNKS], sse(error), DONE]
+
+
+async def stream(
+    request: web.Request, state: ServerState, params: Params, magic: Magic, seq: int
+) -> web.StreamResponse:
+    dialect, window = state.dialect, state.window
+    if magic.slow_stream:
+        params, window = slow_params(params), window + SLOW_CHUNKS
+    result = build(params, dialect.include_stop, window)
+    payloads = stream_payloads(dialect, params, result, magic)
+    resp = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            **dialect.headers(params, result),
+        }
+    )
+    await resp.prepare(request)
+    state.stats.streams_started += 1
+    delay = SLOW_DELAY_S if magic.slow_stream else state.chunk_delay_s
+    return await send_stream(request, resp, payloads, delay, state, seq)
+
+
+async def send_stream(
+    request: web.Request,
+    resp: web.StreamResponse,
+    payloads: list[bytes],
+    delay: float,
+    state: ServerState,
+    seq: int,
+) -> web.StreamResponse:
+    sent = Sent()
+    try:
+        await write_all(resp, payloads, delay, sent)
+        if payloads[-1] != DONE:
+            return drop_connection(request)
+        await resp.write_eof()
+    except ConnectionError:
+        note_disconnect(state, seq, sent.value)
+        return resp
+    except Dropped:
+        raise
+    except asyncio.CancelledError:
+        note_disconnect(state, seq, sent.value)
+        raise
+    state.finish(seq, "completed_stream")
+    return resp
+
+
+@dataclass
+class Sent:
+    value: int = 0
+
+
+async def write_all(
+    resp: web.StreamResponse, payloads: Sequence[bytes], delay: float, sent: Sent
+) -> None:
+    for payload in payloads:
+        if delay and sent.value:
+            await asyncio.sleep(delay)
+        await resp.write(payload)
+        sent.value += 1
+
+
+def note_disconnect(state: ServerState, seq: int, sent: int) -> None:
+    state.finish(seq, "disconnect")
+    state.stats.disconnect_events.append({"seq": seq, "time": time.time(), "chunks_sent": sent})
+
+
+def create_app(state: ServerState) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[STATE] = state
+    app.router.add_get("/health", health)
+    app.router.add_get("/__requests", requests_log)
+    app.router.add_post("/__reset", reset)
+    app.router.add_get("/__stats", stats)
+    app.router.add_post("/__script", script)
+    for prefix in MODEL_PREFIXES:
+        app.router.add_get(f"{prefix}/models", list_models)
+        app.router.add_get(f"{prefix}/models/{{model_id:.+}}", get_model)
+    app.router.add_post("/{prefix:.*}completions", completions)
+    return app
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.upstreams.scripted",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--dialect", required=True, choices=sorted(DIALECTS))
+    ap.add_argument("--port", required=True, type=int)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    ap.add_argument(
+        "--models",
+        default=None,
+        help="comma-separated model ids; when given, other models answer 404",
+    )
+    ap.add_argument("--context-window", type=int, default=CONTEXT_WINDOW)
+    ap.add_argument("--chunk-delay-ms", type=float, default=0.0, help="pause between stream chunks")
+    return ap.parse_args(argv)
+
+
+def state_from_args(args: argparse.Namespace) -> ServerState:
+    dialect = DIALECTS[args.dialect]()
+    models = tuple(m for m in (args.models or "").split(",") if m)
+    return ServerState(
+        dialect=dialect,
+        api_key=args.api_key,
+        models=models or dialect.default_models,
+        strict_models=bool(models),
+        window=args.context_window,
+        chunk_delay_s=args.chunk_delay_ms / 1000,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    app = create_app(state_from_args(args))
+    with contextlib.suppress(KeyboardInterrupt):
+        web.run_app(
+            app,
+            host=args.host,
+            port=args.port,
+            print=None,
+            access_log=None,
+            handler_cancellation=True,
+            shutdown_timeout=1.0,
+        )
+
+
+if __name__ == "__main__":
+    main()

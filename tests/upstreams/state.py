@@ -1,0 +1,105 @@
+"""The scripted server's state (request log, stats, scripts) and shared response helpers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from .dialect import Dialect
+from .errors import UpstreamError
+from .fakegen import CONTEXT_WINDOW
+from .magic import Script
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    streams_started: int = 0
+    completed_streams: int = 0
+    disconnects: int = 0  # streams whose client went away before the end
+    cancelled: int = 0  # non-stream requests whose client went away before the answer
+    dropped: int = 0  # connections closed on purpose (__close__, Fireworks mid-stream error)
+    disconnect_events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ServerState:
+    dialect: Dialect
+    api_key: str | None = None
+    models: tuple[str, ...] = ()
+    strict_models: bool = False
+    window: int = CONTEXT_WINDOW
+    chunk_delay_s: float = 0.0
+    log: list[dict[str, Any]] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    script: Script = field(default_factory=Script)
+
+    def record(self, request: web.Request, body: Any) -> int:
+        seq = len(self.log)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        self.log.append(
+            {
+                "seq": seq,
+                "time": time.time(),
+                "method": request.method,
+                "path": request.path,
+                "headers": headers,
+                "body": body,
+                "outcome": None,
+            }
+        )
+        self.stats.requests += 1
+        return seq
+
+    def finish(self, seq: int, outcome: str) -> None:
+        """Note how request `seq` ended (once): ok | error | completed_stream | disconnect |
+        cancelled | dropped."""
+        if seq >= len(self.log) or self.log[seq]["outcome"] is not None:
+            return  # reset meanwhile, or already noted
+        self.log[seq]["outcome"] = outcome
+        counter = _COUNTERS.get(outcome)
+        if counter is not None:
+            setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+
+    def reset(self) -> None:
+        self.log.clear()
+        self.stats = Stats()
+        self.script = Script()
+
+
+STATE = web.AppKey("state", ServerState)
+_COUNTERS = {
+    "completed_stream": "completed_streams",
+    "disconnect": "disconnects",
+    "cancelled": "cancelled",
+    "dropped": "dropped",
+}
+
+
+def dumps(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def loads(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode(errors="replace")
+
+
+def error_response(exc: UpstreamError) -> web.Response:
+    if exc.text:
+        return web.Response(status=exc.status, text=str(exc.body), headers=exc.headers)
+    return web.json_response(exc.body, status=exc.status, headers=exc.headers, dumps=dumps)
+
+
+def check_auth(state: ServerState, request: web.Request) -> None:
+    if state.api_key is None:
+        return
+    header = request.headers.get("Authorization")
+    if header != f"Bearer {state.api_key}":
+        raise state.dialect.auth_error(header)
