@@ -66,6 +66,8 @@ def _serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
         access_log=args.access_log,
+        proxy_headers=False,  # the gateway sees the peer it talks to; no forwarded-for rewriting
+        server_header=False,
         timeout_graceful_shutdown=30,
     )
     return 0

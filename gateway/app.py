@@ -1,83 +1,96 @@
-"""create_app(config): routes, the request-id middleware, and the lifespan that starts and
-stops the providers. Everything lives on `app.state.runtime`; nothing is module-global."""
+"""create_app(config): the ASGI app. One pure-ASGI entry decodes the headers once, assigns the
+request id and dispatches exact paths from a table; the rest (path parameters, lifespan) goes
+through Starlette. Every handler is an `Endpoint`, which echoes the ids on every response.
+Everything lives on `app.state.runtime`; nothing is module-global."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from starlette.applications import Starlette
-from starlette.routing import Route, Router
+from starlette.datastructures import State
+from starlette.routing import Route
 
 from gateway import routes
 from gateway.config import Config
-from gateway.http import Message, Receive, Scope, Send
+from gateway.http import Receive, Scope, Send
 from gateway.routes import Endpoint
 from gateway.runtime import Runtime
 
 # A caller's x-request-id is echoed only if it is short and plain: it lands in our logs.
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
+POST, GET = ("POST",), ("GET", "HEAD")
+ANY = ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")
+
+EXACT = {
+    "/v1/completions": (routes.completions, POST),
+    "/completions": (routes.completions, POST),
+    "/v1/models": (routes.list_models, GET),
+    "/livez": (routes.livez, GET),
+    "/readyz": (routes.readyz, GET),
+}
+PATTERNS = {"/v1/models/{model_id:path}": (routes.get_model, GET)}
 
 
-class RequestIdMiddleware:
-    """Pure ASGI: decodes the headers once, assigns the request id, echoes it (and Portkey's
-    trace id) on every response."""
+class Ids:
+    """Unique ids without a system call per request: a random per-process prefix and a counter.
+    They identify; they are not secrets."""
 
-    def __init__(self, app: Router) -> None:
-        self.app = app
+    def __init__(self) -> None:
+        self._prefix = secrets.token_hex(6)
+        self._count: Iterator[int] = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._count):010x}"
+
+
+class GatewayApp:
+    def __init__(self, runtime: Runtime, fallback: Starlette) -> None:
+        self.state: State = fallback.state
+        self.state.runtime = runtime
+        self.ids = Ids()
+        self._fallback = fallback
+        self._exact = {path: Endpoint(fn, methods) for path, (fn, methods) in EXACT.items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await self._fallback(scope, receive, send)  # lifespan
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         given = headers.get("x-request-id")
-        rid = given if given and _SAFE_ID.fullmatch(given) else "req_" + secrets.token_hex(12)
-        scope["gateway.headers"] = headers
-        scope["gateway.request_id"] = rid
+        rid = given if given and _SAFE_ID.fullmatch(given) else "req_" + self.ids.next()
         echo = [(b"x-request-id", rid.encode())]
         trace = headers.get("x-portkey-trace-id")
         if trace and _SAFE_ID.fullmatch(trace):
             echo.append((b"x-portkey-trace-id", trace.encode()))
-
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *echo]
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
-
-
-def _routes() -> list[Route]:
-    post, get = ("POST",), ("GET", "HEAD")
-    table = [
-        ("/v1/completions", routes.completions, post),
-        ("/completions", routes.completions, post),
-        ("/v1/models", routes.list_models, get),
-        ("/v1/models/{model_id:path}", routes.get_model, get),
-        ("/livez", routes.livez, get),
-        ("/readyz", routes.readyz, get),
-    ]
-    # Methods are checked by Endpoint so that a 405 is in OpenAI's error shape too.
-    return [Route(path, Endpoint(fn, methods)) for path, fn, methods in table]
+        scope["gateway.runtime"] = self.state.runtime
+        scope["gateway.headers"] = headers
+        scope["gateway.request_id"] = rid
+        scope["gateway.echo"] = echo
+        scope["gateway.ids"] = self.ids
+        endpoint = self._exact.get(scope["path"])
+        await (endpoint or self._fallback)(scope, receive, send)
 
 
-def create_app(config: Config) -> Starlette:
+def create_app(config: Config) -> GatewayApp:
     runtime = Runtime.build(config)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await runtime.start()
         try:
             yield
         finally:
             await runtime.aclose()
 
-    app = Starlette(routes=_routes(), lifespan=lifespan)
-    app.state.runtime = runtime
-    any_method = ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")
-    app.router.default = Endpoint(routes.not_found, any_method)
-    app.add_middleware(RequestIdMiddleware)  # type: ignore[arg-type]
-    return app
+    # Methods are checked by Endpoint so that a 405 is in OpenAI's error shape too.
+    fallback = Starlette(
+        routes=[Route(path, Endpoint(fn, methods)) for path, (fn, methods) in PATTERNS.items()],
+        lifespan=lifespan,
+    )
+    fallback.router.default = Endpoint(routes.not_found, ANY)
+    return GatewayApp(runtime, fallback)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 
-from starlette.applications import Starlette
-
-from gateway.app import create_app
+from gateway.app import GatewayApp, create_app
 from gateway.config import load
 
 
-def app_from_env() -> Starlette:
+def app_from_env() -> GatewayApp:
     return create_app(load(os.environ.get("GATEWAY_CONFIG", "config.yaml")))

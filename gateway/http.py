@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMapping
 from typing import Any, TypeVar
 
@@ -64,7 +63,9 @@ class ClientGone(Exception):
 async def send_bytes(
     send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]]
 ) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": list(headers)})
+    # A content-length spares the caller chunked framing (uvicorn chunks a body without one).
+    out = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": out})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -79,24 +80,29 @@ async def send_error(send: Send, err: GatewayError, extra: RawHeaders) -> None:
 
 
 async def until_disconnect(coro: Coroutine[Any, Any, T], receive: Receive) -> T:
-    """Run `coro`; if the caller disconnects first, cancel it (which closes the upstream
-    request it is waiting on) and raise ClientGone. Needs the body to be read already."""
-    task = asyncio.ensure_future(coro)
-    watch = asyncio.ensure_future(_wait_disconnect(receive))
+    """Await `coro`; if the caller disconnects first, cancel it (which closes the upstream
+    request it is waiting on) and raise ClientGone. Needs the body to be read already.
+
+    One watcher task per call: it cancels the awaiting task, which is cheaper than running
+    `coro` in a task of its own and waiting on both."""
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+        return await coro
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        task.uncancel()
+        raise ClientGone() from None
     finally:
-        watch.cancel()
-        abandoned = not task.done()
-        if abandoned:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    if abandoned:
-        raise ClientGone()
-    return task.result()
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+        watcher.cancel()

@@ -4,7 +4,6 @@ and rendered in one place (`Endpoint`)."""
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,11 +70,12 @@ class Endpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx = Ctx(
-            scope["app"].state.runtime,
+            scope["gateway.runtime"],
             scope["gateway.headers"],
             receive,
             send,
             scope["gateway.request_id"],
+            out_headers=scope["gateway.echo"],
         )
         try:
             if scope["method"] not in self.methods:
@@ -106,7 +106,7 @@ async def completions(ctx: Ctx, scope: Scope) -> None:
     body = await read_body(ctx.headers, ctx.receive, rt.config.server.max_body_bytes)
     req = parse_completion(body, rt.config.server.limits)
     plan = rt.router.plan(principal, req.model, ctx.headers.get("x-portkey-virtual-key"))
-    cid = "cmpl-" + secrets.token_urlsafe(18)
+    cid = "cmpl-" + scope["gateway.ids"].next()
     if req.stream:
         await serving.serve_stream(ctx, req, plan, cid)
     else:

@@ -5,7 +5,8 @@ choices in `prompt_idx * n + i` order, legacy logprobs, stop strings excluded, u
 counts it. The gateway then stamps `id`, `object`, `created` and `model` (the caller's alias).
 
 * `complete()` returns `{"choices": [...], "usage": {...}, "system_fingerprint"?: str}`.
-* `stream()` yields chunks `{"choices": [one or more choice deltas]}`; a choice delta has
+* `stream()` may first yield `{}` once the upstream has accepted the request (so the caller's
+  response headers go out at once), then chunks `{"choices": [choice deltas]}`; a delta has
   `text`, `index`, `logprobs`, `finish_reason` (non-null only on that choice's last delta).
   The last item is `{"choices": [], "usage": {...}}` whenever the upstream reported usage.
 """

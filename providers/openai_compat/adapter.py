@@ -126,6 +126,7 @@ class OpenAICompatProvider:
         resp = await self._send(plan, prepared.target, self._client.open_stream)
         normalizer = StreamNormalizer(plan.shape)
         try:
+            yield {}  # the upstream accepted: the caller's headers can go out now
             async with aclosing(self._client.events(resp, label)) as events:
                 async for event in events:
                     for chunk in normalizer.feed(event):

@@ -50,7 +50,10 @@ class UpstreamClient:
             limit=self._limit, ttl_dns_cache=DNS_TTL_S, keepalive_timeout=KEEPALIVE_S
         )
         self._session = aiohttp.ClientSession(
-            connector=connector, headers=self._headers, raise_for_status=False
+            connector=connector,
+            headers=self._headers,
+            raise_for_status=False,
+            cookie_jar=aiohttp.DummyCookieJar(),  # upstream cookies must not leak between callers
         )
 
     async def aclose(self) -> None:

@@ -140,7 +140,10 @@ def prepare(p: OpenAICompatProvider, timeout_s: float = 5.0, **fields: Any) -> P
 
 
 async def collect(p: OpenAICompatProvider, prepared: Prepared) -> list[dict[str, Any]]:
-    return [chunk async for chunk in p.stream(prepared)]
+    """The chunks after the `{}` that says the upstream accepted the request."""
+    chunks = [chunk async for chunk in p.stream(prepared)]
+    assert chunks[0] == {}
+    return chunks[1:]
 
 
 # ---------------------------------------------------------------- non-stream
@@ -360,7 +363,7 @@ async def test_stream_error_event_midway(upstream: Upstream, make: Factory) -> N
     with pytest.raises(UpstreamError) as exc:
         async for chunk in p.stream(prepare(p, stream=True)):
             got.append(chunk)
-    assert len(got) == 1
+    assert len(got) == 2 and got[0] == {}
     assert exc.value.message == "Upstream up/org/model returned 500: engine dead"
 
 
@@ -401,10 +404,11 @@ async def test_consumer_aclose_closes_upstream_at_once(upstream: Upstream, make:
     p = await make("vllm-server")
     upstream.script.append(endless(upstream))
     stream = p.stream(prepare(p, stream=True))
+    assert await stream.__anext__() == {}
     first = await stream.__anext__()
     assert first["choices"][0]["text"] == "x"
     await stream.aclose()
-    await asyncio.wait_for(upstream.gone.wait(), 1.0)
+    await asyncio.wait_for(upstream.gone.wait(), 10.0)
 
 
 async def test_cancelled_consumer_closes_upstream_at_once(
@@ -416,16 +420,17 @@ async def test_cancelled_consumer_closes_upstream_at_once(
     started = asyncio.Event()
 
     async def consume() -> None:
-        async for _ in stream:
-            started.set()
+        async for chunk in stream:
+            if chunk:
+                started.set()
 
     task = asyncio.create_task(consume())
-    await asyncio.wait_for(started.wait(), 1.0)
+    await asyncio.wait_for(started.wait(), 10.0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     await stream.aclose()
-    await asyncio.wait_for(upstream.gone.wait(), 1.0)
+    await asyncio.wait_for(upstream.gone.wait(), 10.0)
 
 
 async def test_aclose_before_iteration_closes_nothing_open(
