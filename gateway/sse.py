@@ -21,17 +21,29 @@ log = logging.getLogger("gateway.sse")
 
 
 class Envelope:
-    """The fixed part of every chunk of one response, encoded once."""
+    """The fixed part of every chunk of one response, encoded once (again only if the upstream's
+    `system_fingerprint` appears or changes)."""
 
-    __slots__ = ("_head", "_tail")
+    __slots__ = ("_fixed", "_head", "_tail")
 
     def __init__(self, completion_id: str, created: int, model: str, include_usage: bool) -> None:
-        head = orjson.dumps(
-            {"id": completion_id, "object": "text_completion", "created": created, "model": model}
-        )
-        self._head = b"data: " + head[:-1] + b',"choices":'
+        self._fixed = {
+            "id": completion_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+        }
+        self._head = self._encode(self._fixed)
         # OpenAI puts "usage": null on content chunks when the caller asked for usage.
         self._tail = b',"usage":null}\n\n' if include_usage else b"}\n\n"
+
+    @staticmethod
+    def _encode(fixed: dict[str, Any]) -> bytes:
+        return b"data: " + orjson.dumps(fixed)[:-1] + b',"choices":'
+
+    def fingerprint(self, value: str) -> None:
+        """Every chunk from now on carries `system_fingerprint`, as OpenAI's do."""
+        self._head = self._encode({**self._fixed, "system_fingerprint": value})
 
     def chunk(self, choices: list[Any]) -> bytes:
         return self._head + orjson.dumps(choices) + self._tail
@@ -79,6 +91,9 @@ async def pump(
 
 
 async def _write(send: Send, item: dict[str, Any], env: Envelope, result: StreamResult) -> None:
+    fingerprint = item.get("system_fingerprint")
+    if fingerprint is not None:
+        env.fingerprint(fingerprint)
     choices = item.get("choices")
     if choices:
         await _body(send, env.chunk(choices))

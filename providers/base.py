@@ -9,6 +9,7 @@ counts it. The gateway then stamps `id`, `object`, `created` and `model` (the ca
   response headers go out at once), then chunks `{"choices": [choice deltas]}`; a delta has
   `text`, `index`, `logprobs`, `finish_reason` (non-null only on that choice's last delta).
   The last item is `{"choices": [], "usage": {...}}` whenever the upstream reported usage.
+  A chunk may carry `system_fingerprint`: it holds for that chunk and every later one.
 """
 
 from __future__ import annotations

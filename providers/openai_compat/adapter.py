@@ -105,7 +105,8 @@ class OpenAICompatProvider:
         best_of = _emulate_best_of(request, applied.emulated, body)
         truncate = CONTEXT in applied.emulated and request.fields.get(CONTEXT) == "truncate"
         stops = request.stop if spec.stop_may_be_included else ()
-        shape = Shape(target.label, request.logprobs is not None, stops)
+        want_logprobs = request.logprobs is not None
+        shape = Shape(target.label, want_logprobs, stops, _echoed(request), request.n)
         plan = Plan(body, orjson.dumps(body), shape, best_of, truncate)
         return Prepared(target, request, applied.dropped, plan)
 
@@ -145,6 +146,13 @@ class OpenAICompatProvider:
             if payload is None:
                 raise
         return await call(payload, target.timeout_s, target.label)
+
+
+def _echoed(request: CompletionRequest) -> tuple[int, ...]:
+    """The length of each echoed text prompt (token prompts: unknown until detokenized)."""
+    if not request.echo or request.prompt_is_tokens:
+        return ()
+    return tuple(len(p) for p in request.prompts)
 
 
 def _emulate_best_of(request: CompletionRequest, emulated: frozenset[str], body: Json) -> int:

@@ -216,7 +216,13 @@ def transport_error(exc: BaseException, label: str) -> UpstreamError:
     if isinstance(exc, aiohttp.ClientConnectionError):
         return UpstreamUnreachable(f"{who} is unreachable: {_text(str(exc))}", target=label)
     if isinstance(exc, aiohttp.ClientPayloadError):
-        return UpstreamError(f"{who} broke off its response: {_text(str(exc))}", target=label)
+        # aiohttp's text ("TransferEncodingError: 400, …") is about framing, not the caller's
+        # request: a status in it would only mislead.
+        return UpstreamError(
+            f"{who} broke off its response before the end.",
+            target=label,
+            code="upstream_response_incomplete",
+        )
     return UpstreamError(f"{who} request failed ({type(exc).__name__}).", target=label)
 
 

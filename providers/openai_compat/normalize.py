@@ -42,6 +42,14 @@ class Shape:
     label: str  # the target, for error messages
     want_logprobs: bool
     stops: tuple[str, ...] = ()  # stop strings to cut (dialects that may include them)
+    # With echo of text prompts: each prompt's length, i.e. the leading characters of its
+    # choices' texts that were not generated (a stop string is never cut from them).
+    echoed: tuple[int, ...] = ()
+    n: int = 1  # choices per prompt: choice `index` belongs to prompt `index // n`
+
+    def protected(self, index: int) -> int:
+        prompt = index // self.n
+        return self.echoed[prompt] if prompt < len(self.echoed) else 0
 
 
 # ---------------------------------------------------------------- pieces
@@ -160,7 +168,7 @@ def finish(body: Mapping[str, Any], picked: list[Json], shape: Shape) -> Json:
     """The canonical completion from the chosen choices."""
     for c in picked:
         if shape.stops:
-            strip_stop(c, shape.stops)
+            strip_stop(c, shape.stops, shape.protected(c["index"]))
         if not shape.want_logprobs:
             c["logprobs"] = None
     out: Json = {"choices": picked, "usage": usage(body.get("usage"))}
@@ -173,18 +181,24 @@ def finish(body: Mapping[str, Any], picked: list[Json], shape: Shape) -> Json:
 class StreamNormalizer:
     """Upstream stream events → canonical chunks: content chunks carry only `choices`; usage,
     wherever the upstream put it (its own chunk, or the last content chunk as Fireworks does),
-    becomes one final `{"choices": [], "usage": …}`."""
+    becomes one final `{"choices": [], "usage": …}`. The upstream's `system_fingerprint` rides on
+    the first chunk out after it appears or changes (the renderer keeps it for later chunks)."""
 
-    __slots__ = ("_hold", "_shape", "_usage")
+    __slots__ = ("_fingerprint", "_hold", "_pending", "_shape", "_usage")
 
     def __init__(self, shape: Shape) -> None:
         self._shape = shape
-        self._hold = StopHoldBack(shape.stops) if shape.stops else None
+        self._hold = StopHoldBack(shape.stops, shape.protected) if shape.stops else None
         self._usage: Any = None
+        self._fingerprint: str | None = None
+        self._pending: str | None = None  # a fingerprint not passed on yet
 
     def feed(self, event: Mapping[str, Any]) -> list[Json]:
         if event.get("usage") is not None:
             self._usage = event["usage"]
+        fingerprint = event.get("system_fingerprint")
+        if isinstance(fingerprint, str) and fingerprint != self._fingerprint:
+            self._fingerprint = self._pending = fingerprint
         raw = event.get("choices")
         if not raw or not isinstance(raw, list):
             return []
@@ -199,17 +213,23 @@ class StreamNormalizer:
                 delta["logprobs"] = None
             if _carries(delta):
                 deltas.append(delta)
-        return [{"choices": deltas}] if deltas else []
+        return [self._stamp({"choices": deltas})] if deltas else []
 
     def end(self) -> list[Json]:
         out: list[Json] = []
         held = self._hold.flush() if self._hold is not None else []
         if held:
-            out.append({"choices": held})
+            out.append(self._stamp({"choices": held}))
         final = usage(self._usage)
         if final is not None:
-            out.append({"choices": [], "usage": final})
+            out.append(self._stamp({"choices": [], "usage": final}))
         return out
+
+    def _stamp(self, chunk: Json) -> Json:
+        if self._pending is not None:
+            chunk["system_fingerprint"] = self._pending
+            self._pending = None
+        return chunk
 
 
 def _carries(delta: Json) -> bool:

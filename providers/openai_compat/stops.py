@@ -7,11 +7,15 @@ logprobs entries of the tokens inside it (a token straddling the cut keeps its h
 While streaming, a delta that might be the beginning of a stop string cannot be sent yet:
 `StopHoldBack` keeps whole deltas (with their logprobs) until the text they end with can no
 longer grow into a stop string, and settles them when the choice finishes.
+
+Only generated text can hold a matched stop string: with `echo`, the leading characters that
+are the echoed prompt (`protected`) are never cut, even when the model generated nothing after
+a prompt that happens to end with a stop string.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 Json = dict[str, Any]
@@ -28,12 +32,13 @@ def matched_stop(text: str, stops: Sequence[str]) -> str | None:
     return best
 
 
-def strip_stop(choice: Json, stops: Sequence[str]) -> None:
-    """Cut a trailing stop string from a canonical choice (in place) if it finished on one."""
+def strip_stop(choice: Json, stops: Sequence[str], protected: int = 0) -> None:
+    """Cut a trailing stop string from a canonical choice (in place) if it finished on one; the
+    first `protected` characters of its text (an echoed prompt) are not generated text."""
     if choice.get("finish_reason") != "stop":
         return
     stop = matched_stop(choice["text"], stops)
-    if stop is None:
+    if stop is None or len(choice["text"]) - len(stop) < protected:
         return
     choice["text"] = choice["text"][: len(choice["text"]) - len(stop)]
     if choice.get("logprobs") is not None:
@@ -75,14 +80,17 @@ def merge(deltas: Sequence[Json]) -> Json:
 
 
 class StopHoldBack:
-    """Per-stream hold-back of deltas that may begin a stop string (one instance per request)."""
+    """Per-stream hold-back of deltas that may begin a stop string (one instance per request).
+    `protected(index)`: how many leading characters of that choice are an echoed prompt."""
 
-    __slots__ = ("_held", "_longest", "_stops")
+    __slots__ = ("_held", "_longest", "_protected", "_sent", "_stops")
 
-    def __init__(self, stops: Sequence[str]) -> None:
+    def __init__(self, stops: Sequence[str], protected: Callable[[int], int] | None = None) -> None:
         self._stops = tuple(stops)
         self._longest = max(len(s) for s in stops)
+        self._protected = protected
         self._held: dict[int, list[Json]] = {}  # choice index → deltas not sent yet
+        self._sent: dict[int, int] = {}  # choice index → characters already released
 
     def feed(self, delta: Json) -> Json | None:
         """What may be sent now of this choice, merged into one delta, or None."""
@@ -92,7 +100,7 @@ class StopHoldBack:
         if delta["finish_reason"] is not None:
             del self._held[index]
             done = merge(held)
-            strip_stop(done, self._stops)
+            strip_stop(done, self._stops, self._unsent_protected(index))
             return done
         start = self._risky_start("".join(d["text"] for d in held))
         released: list[Json] = []
@@ -100,7 +108,16 @@ class StopHoldBack:
         while held and end + len(held[0]["text"]) <= start:
             end += len(held[0]["text"])
             released.append(held.pop(0))
-        return merge(released) if released else None
+        if not released:
+            return None
+        self._sent[index] = self._sent.get(index, 0) + end
+        return merge(released)
+
+    def _unsent_protected(self, index: int) -> int:
+        """Protected (echoed) characters among those not released yet."""
+        if self._protected is None:
+            return 0
+        return max(0, self._protected(index) - self._sent.get(index, 0))
 
     def flush(self) -> list[Json]:
         """The stream ended without finishing some choices: send what was held as it is."""

@@ -251,8 +251,9 @@ def test_transport_errors() -> None:
     )
     e = transport_error(aiohttp.ConnectionTimeoutError(), LABEL)
     assert (type(e), e.status) == (UpstreamTimeout, 504)
-    e = transport_error(aiohttp.ClientPayloadError("cut"), LABEL)
-    assert (type(e), e.status) == (UpstreamError, 502)
+    e = transport_error(aiohttp.ClientPayloadError("TransferEncodingError: 400, cut"), LABEL)
+    assert (type(e), e.status, e.code) == (UpstreamError, 502, "upstream_response_incomplete")
+    assert e.message == f"Upstream {LABEL} broke off its response before the end."
 
 
 # ---------------------------------------------------------------- SSE decoding

@@ -195,6 +195,16 @@ def test_strip_only_on_stop_and_only_a_suffix() -> None:
     assert c["text"] == "x"
 
 
+def test_strip_never_cuts_an_echoed_prompt() -> None:
+    # echo, and nothing generated after a prompt that ends with the stop string
+    c = {"text": "a END", "index": 0, "logprobs": None, "finish_reason": "stop"}
+    strip_stop(c, ("END",), protected=len("a END"))
+    assert c["text"] == "a END"
+    c = {"text": "a END b END", "index": 0, "logprobs": None, "finish_reason": "stop"}
+    strip_stop(c, ("END",), protected=len("a END"))
+    assert c["text"] == "a END b "
+
+
 def test_trim_logprobs_whole_tokens() -> None:
     out = trim_logprobs(lp(("a", -1.0), ("bc", -2.0), ("d", -3.0)), 3)
     assert out == {
@@ -270,6 +280,15 @@ def test_holdback_finish_without_stop_keeps_text() -> None:
     assert hold.feed(delta("#", finish="length")) == delta("a##", finish="length")
 
 
+def test_holdback_never_cuts_an_echoed_prompt() -> None:
+    protected = {0: len("p ##"), 1: len("q")}
+    hold = StopHoldBack(("##",), protected.__getitem__)
+    assert hold.feed(delta("p ##", index=0, finish="stop")) == delta("p ##", index=0, finish="stop")
+    assert hold.feed(delta("q", index=1)) == delta("q", index=1)
+    assert hold.feed(delta(" #", index=1)) is None
+    assert hold.feed(delta("#", index=1, finish="stop")) == delta(" ", index=1, finish="stop")
+
+
 # ---------------------------------------------------------------- streams
 
 
@@ -322,6 +341,26 @@ def test_stream_holdback_then_flush_at_end() -> None:
     ]
     assert norm.feed({"choices": [{"index": 1, "text": "ST"}]}) == []
     assert norm.end() == [{"choices": [delta("ST", index=1)]}]
+
+
+def test_stream_fingerprint_on_first_chunk_out_and_on_change() -> None:
+    norm = StreamNormalizer(Shape(LABEL, False))
+    fp = "fp_a"
+    assert norm.feed({"choices": [], "system_fingerprint": fp}) == []  # nothing to carry it yet
+    assert norm.feed({"choices": [{"index": 0, "text": "a"}], "system_fingerprint": fp}) == [
+        {"choices": [delta("a")], "system_fingerprint": fp}
+    ]
+    assert norm.feed({"choices": [{"index": 0, "text": "b"}], "system_fingerprint": fp}) == [
+        {"choices": [delta("b")]}
+    ]
+    norm.feed({"choices": [], "system_fingerprint": "fp_b", "usage": {"prompt_tokens": 1}})
+    assert norm.end() == [
+        {
+            "choices": [],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1},
+            "system_fingerprint": "fp_b",
+        }
+    ]
 
 
 def test_stream_error_finish_raises() -> None:
