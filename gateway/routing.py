@@ -2,7 +2,8 @@
 before the first byte), loadbalance (one target by weight).
 
 A virtual key (`x-portkey-virtual-key: NAME`) pins the provider: the alias's target on that
-provider if it has one, otherwise the body's `model` as that provider's model id.
+provider if it has one, otherwise the body's `model` as that provider's model id. A virtual key
+never widens a key's aliases: a configured alias still needs the key's permission.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class Router:
     def _virtual(self, principal: Principal, alias: str, name: str) -> Target:
         principal.check_virtual_key(name)  # a key lists only configured providers
         model = self._models.get(alias)
+        if model is not None:
+            self.model(principal, alias)  # 403 for an alias the key may not use
         for target in model.targets if model else ():
             if target.provider == name:
                 return target

@@ -76,6 +76,10 @@ def test_virtual_keys() -> None:
     assert ROUTER.plan(a, "llama-8b", "fw").targets[0].model == "acc/llama"
     # otherwise the body's model is the provider's model id
     assert ROUTER.plan(a, "accounts/x/models/y", "fw").targets[0].label == "fw/accounts/x/models/y"
+    # a virtual key does not unlock a configured alias the key may not use
+    with pytest.raises(PermissionDenied) as denied:
+        ROUTER.plan(a, "gpt-x", "fw")
+    assert denied.value.param == "model"
     for principal, name in ((b, "fw"), (a, "vl"), (a, "nope")):
         with pytest.raises(PermissionDenied) as info:
             ROUTER.plan(principal, "llama-8b", name)
