@@ -20,6 +20,7 @@ from providers.base import Prepared, Target
 from providers.params import apply_rules
 
 from .client import UpstreamClient
+from .context import ContextGuard
 from .dialects import DIALECTS, DialectSpec
 from .emulate import completion_room, select_best
 from .normalize import Shape, StreamNormalizer, choices, finish
@@ -43,6 +44,7 @@ class Plan:
     shape: Shape
     best_of: int  # candidates per prompt when best_of is emulated, else 0
     truncate: bool  # emulate context_length_exceeded_behavior="truncate"
+    check_context: bool  # "error" on an upstream that clamps: count the prompt first
 
 
 class OpenAICompatProvider:
@@ -63,6 +65,9 @@ class OpenAICompatProvider:
             connect_timeout_s=settings.connect_timeout_s,
             secret=settings.api_key,
         )
+        self._guard = None
+        if spec.clamps_max_tokens:
+            self._guard = ContextGuard(self._client, settings.base_url)
 
     @classmethod
     def from_config(
@@ -103,18 +108,20 @@ class OpenAICompatProvider:
         if spec.needs_explicit_context_behavior:
             body.setdefault(CONTEXT, "error")  # OpenAI's behaviour, not the upstream's default
         best_of = _emulate_best_of(request, applied.emulated, body)
-        truncate = CONTEXT in applied.emulated and request.fields.get(CONTEXT) == "truncate"
+        behavior = request.fields.get(CONTEXT, "error")
+        truncate = CONTEXT in applied.emulated and behavior == "truncate"
+        check_context = self._guard is not None and behavior == "error"
         stops = request.stop if spec.stop_may_be_included else ()
         want_logprobs = request.logprobs is not None
         shape = Shape(target.label, want_logprobs, stops, _echoed(request), request.n)
-        plan = Plan(body, orjson.dumps(body), shape, best_of, truncate)
+        plan = Plan(body, orjson.dumps(body), shape, best_of, truncate, check_context)
         return Prepared(target, request, applied.dropped, plan)
 
     # ------------------------------------------------------------ serving
 
     async def complete(self, prepared: Prepared) -> Json:
         plan: Plan = prepared.state
-        body = await self._send(plan, prepared.target, self._client.post_json)
+        body = await self._send(prepared, self._client.post_json)
         picked = choices(body, plan.shape)
         if plan.best_of:
             req = prepared.request
@@ -124,7 +131,7 @@ class OpenAICompatProvider:
     async def stream(self, prepared: Prepared) -> AsyncGenerator[Json, None]:
         plan: Plan = prepared.state
         label = prepared.target.label
-        resp = await self._send(plan, prepared.target, self._client.open_stream)
+        resp = await self._send(prepared, self._client.open_stream)
         normalizer = StreamNormalizer(plan.shape)
         try:
             yield {}  # the upstream accepted: the caller's headers can go out now
@@ -137,8 +144,16 @@ class OpenAICompatProvider:
         finally:
             resp.close()  # a no-op after a complete stream; cuts the upstream off otherwise
 
-    async def _send(self, plan: Plan, target: Target, call: Call[T]) -> T:
-        """One upstream call; with emulated "truncate", one retry with the room that is left."""
+    async def _send(self, prepared: Prepared, call: Call[T]) -> T:
+        """One upstream call (after the context check, if needed); with emulated "truncate", one
+        retry with the room that is left."""
+        plan: Plan = prepared.state
+        target = prepared.target
+        if plan.check_context and self._guard is not None:
+            req = prepared.request
+            await self._guard.check(
+                target.model, req.prompts, req.max_tokens, target.timeout_s, target.label
+            )
         try:
             return await call(plan.payload, target.timeout_s, target.label)
         except ContextLengthExceeded as err:
@@ -159,6 +174,10 @@ def _emulate_best_of(request: CompletionRequest, emulated: frozenset[str], body:
     """Ask for all candidates (with logprobs to rank them); 0 when there is nothing to do."""
     best_of = request.best_of
     if "best_of" not in emulated or best_of is None or best_of <= request.n:
+        return 0
+    if request.fields.get("temperature") == 0:
+        # Greedy candidates are all the same text: the best is the one greedy answer (and vLLM
+        # refuses n > 1 with greedy sampling).
         return 0
     if request.stream:  # schemas refuses this already; never stream unranked candidates
         raise InvalidRequest("'best_of' cannot be used with 'stream'.", param="best_of")

@@ -64,17 +64,28 @@ class UpstreamClient:
     def ready(self) -> bool:
         return self._session is not None and not self._session.closed
 
-    def _post(self, payload: bytes, timeout: aiohttp.ClientTimeout) -> Any:
+    def _request(
+        self, method: str, url: str, timeout: aiohttp.ClientTimeout, payload: bytes | None
+    ) -> Any:
         if self._session is None:
             raise RuntimeError("UpstreamClient.start() was not called")
         # A redirect means a wrong base_url; following it would turn the POST into a GET.
-        return self._session.post(self._url, data=payload, timeout=timeout, allow_redirects=False)
+        return self._session.request(
+            method, url, data=payload, timeout=timeout, allow_redirects=False
+        )
 
     async def post_json(self, payload: bytes, timeout_s: float, label: str) -> Json:
-        """POST and parse the answer once; any non-2xx becomes a gateway error."""
+        """POST to the completions URL and parse the answer once; any non-2xx becomes a gateway
+        error."""
+        return await self.call_json("POST", self._url, payload, timeout_s, label)
+
+    async def call_json(
+        self, method: str, url: str, payload: bytes | None, timeout_s: float, label: str
+    ) -> Json:
+        """One JSON call to `url` (an address of this same upstream, never a caller's)."""
         timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=self._connect_s)
         try:
-            async with self._post(payload, timeout) as resp:
+            async with self._request(method, url, timeout, payload) as resp:
                 raw = await resp.read()
                 if not 200 <= resp.status < 300:
                     detail = parse_body(raw[:MAX_ERROR_BODY])
@@ -105,7 +116,7 @@ class UpstreamClient:
             total=None, sock_connect=self._connect_s, sock_read=timeout_s
         )
         try:
-            resp: aiohttp.ClientResponse = await self._post(payload, timeout)
+            resp: aiohttp.ClientResponse = await self._request("POST", self._url, timeout, payload)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise transport_error(exc, label) from None
         if 200 <= resp.status < 300:

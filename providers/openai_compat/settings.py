@@ -28,6 +28,7 @@ RESERVED = frozenset({"content-type", "content-length", "transfer-encoding", "ho
 
 @dataclass(frozen=True, slots=True)
 class Settings:
+    base_url: str  # the API root, without a trailing slash
     url: str  # the full completions URL
     headers: Mapping[str, str]  # every static header of every request
     api_key: str
@@ -45,8 +46,10 @@ def parse_settings(settings: Mapping[str, Any], path: str) -> Settings:
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
     headers.update(_headers(settings.get("headers"), f"{path}.headers", bool(api_key)))
+    base_url = _base_url(settings.get("base_url"), f"{path}.base_url")
     return Settings(
-        url=_base_url(settings.get("base_url"), f"{path}.base_url") + "/completions",
+        base_url=base_url,
+        url=base_url + "/completions",
         headers=headers,
         api_key=api_key,
         max_connections=_count(settings.get("max_connections"), f"{path}.max_connections"),

@@ -267,6 +267,10 @@ def test_best_of_emulation_asks_for_all_candidates() -> None:
     assert (p.state.body["best_of"], p.state.best_of) == (3, 0)  # native
     p = provider("fireworks").prepare(request(n=2, best_of=2), target())
     assert p.state.best_of == 0 and "logprobs" not in p.state.body
+    # greedy: every candidate is the same text, so only n are asked for
+    p = provider("vllm-server").prepare(request(best_of=3, temperature=0), target())
+    assert (p.state.body.get("n", 1), p.state.best_of) == (1, 0)
+    assert "logprobs" not in p.state.body
 
 
 def test_stops_are_cut_only_where_they_may_be_included() -> None:

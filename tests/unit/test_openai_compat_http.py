@@ -37,6 +37,10 @@ class Upstream:
         self.peers: list[Any] = []
         self.gone = asyncio.Event()  # a streaming handler saw the client disconnect
         self.base_url = ""
+        # vLLM's context routes: GET /v1/models and POST /tokenize (None: 404, as elsewhere)
+        self.max_model_len: int | None = None
+        self.token_counts: dict[str, int] = {}  # prompt → what /tokenize answers
+        self.extra_calls: list[str] = []  # "models", "tokenize <prompt>"
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.bodies.append(orjson.loads(await request.read()))
@@ -45,6 +49,21 @@ class Upstream:
             request.transport.get_extra_info("peername") if request.transport else None
         )
         return await self.script.pop(0)(request)
+
+    async def models(self, _: web.Request) -> web.StreamResponse:
+        if self.max_model_len is None:
+            raise web.HTTPNotFound()
+        self.extra_calls.append("models")
+        card = {"id": "org/model", "object": "model", "max_model_len": self.max_model_len}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def tokenize(self, request: web.Request) -> web.StreamResponse:
+        if self.max_model_len is None:
+            raise web.HTTPNotFound()
+        body = orjson.loads(await request.read())
+        self.extra_calls.append(f"tokenize {body['prompt']}")
+        count = self.token_counts[body["prompt"]]
+        return web.json_response({"count": count, "max_model_len": self.max_model_len})
 
 
 def reply(status: int, body: Any, headers: dict[str, str] | None = None) -> Responder:
@@ -105,6 +124,8 @@ async def upstream() -> AsyncIterator[Upstream]:
     up = Upstream()
     app = web.Application()
     app.router.add_post("/v1/completions", up.handle)
+    app.router.add_get("/v1/models", up.models)
+    app.router.add_post("/tokenize", up.tokenize)
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -260,6 +281,56 @@ async def test_error_behavior_surfaces_context_errors(upstream: Upstream, make: 
     with pytest.raises(ContextLengthExceeded):
         await p.complete(prepare(p, max_tokens=90))
     assert len(upstream.bodies) == 1
+
+
+OK_ANSWER = {"choices": [{"index": 0, "text": "ok", "finish_reason": "length"}], "usage": USAGE}
+
+
+async def test_context_check_counts_only_prompts_that_may_not_fit(
+    upstream: Upstream, make: Factory
+) -> None:
+    """vLLM clamps max_tokens instead of failing: for "error" the adapter checks first."""
+    p = await make("vllm-server")
+    upstream.max_model_len = 100
+    long_prompt = "word " * 20  # 100 characters: cannot be proven to fit without counting
+    upstream.token_counts[long_prompt] = 85
+    upstream.script += [reply(200, OK_ANSWER), reply(200, OK_ANSWER)]
+    await p.complete(prepare(p, max_tokens=50))  # "hi": 2 bytes + 50 surely fit, not counted
+    await p.complete(prepare(p, prompt=long_prompt, max_tokens=15))  # 85 + 15 fit exactly
+    assert upstream.extra_calls == ["models", f"tokenize {long_prompt}"]  # the window: once
+    with pytest.raises(ContextLengthExceeded) as exc:
+        await p.complete(prepare(p, prompt=long_prompt, max_tokens=16))
+    assert exc.value.message == (
+        "This model's maximum context length is 100 tokens, however you requested 101 tokens "
+        "(85 in your prompt; 16 for the completion). Please reduce your prompt; or completion "
+        "length."
+    )
+    assert (exc.value.status, exc.value.param) == (400, "prompt")
+    with pytest.raises(ContextLengthExceeded) as exc:  # token ids are counted as they are
+        await collect(p, prepare(p, prompt=[[1] * 10, [2] * 95], max_tokens=6, stream=True))
+    assert "(95 in your prompt 1; 6 for the completion)" in exc.value.message
+    assert len(upstream.bodies) == 2  # nothing over the window reached the upstream
+
+
+async def test_context_check_not_for_truncate_nor_without_a_window(
+    upstream: Upstream, make: Factory
+) -> None:
+    p = await make("vllm-server")
+    upstream.script += [reply(200, OK_ANSWER), reply(200, OK_ANSWER)]
+    await p.complete(prepare(p, prompt=[7] * 500, max_tokens=16))  # no /v1/models: no window
+    upstream.max_model_len = 100
+    truncate = {"context_length_exceeded_behavior": "truncate"}
+    await p.complete(prepare(p, prompt=[7] * 99, max_tokens=16, **truncate))  # vLLM clamps
+    assert upstream.extra_calls == []
+    assert len(upstream.bodies) == 2
+
+
+async def test_context_check_only_on_clamping_upstreams(upstream: Upstream, make: Factory) -> None:
+    p = await make("openai")  # OpenAI fails by itself
+    upstream.max_model_len = 100
+    upstream.script.append(reply(200, OK_ANSWER))
+    await p.complete(prepare(p, prompt=[7] * 99, max_tokens=16))
+    assert upstream.extra_calls == []
 
 
 async def test_best_of_emulated_end_to_end(upstream: Upstream, make: Factory) -> None:

@@ -24,3 +24,7 @@ class DialectSpec:
     # The upstream's default for context overflow is not OpenAI's ("error"), so the effective
     # `context_length_exceeded_behavior` is always sent.
     needs_explicit_context_behavior: bool = False
+    # The upstream silently lowers max_tokens to what its context window leaves (vLLM's server
+    # does) instead of failing: OpenAI's "error" behaviour needs the gateway to count the
+    # prompt itself, with the server's /tokenize (context.py).
+    clamps_max_tokens: bool = False

@@ -1,6 +1,8 @@
 """vLLM's OpenAI-compatible server (protocol.md §8).
 
 It accepts its own extras (`min_tokens`, `structured_outputs`, …), so unknown fields pass.
+Current servers lower `max_tokens` to fit the context window instead of failing: that is the
+"truncate" behaviour already, and "error" (OpenAI's default) is checked by the gateway first.
 """
 
 from __future__ import annotations
@@ -49,4 +51,4 @@ RULES: Mapping[str, Rule] = MappingProxyType(
     )
 )
 
-SPEC = DialectSpec(name="vllm-server", rules=RULES)
+SPEC = DialectSpec(name="vllm-server", rules=RULES, clamps_max_tokens=True)

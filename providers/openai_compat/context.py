@@ -1,0 +1,114 @@
+"""OpenAI's context-length check, for upstreams that clamp instead of failing.
+
+vLLM's server lowers `max_tokens` to what its window leaves, silently, where OpenAI answers 400
+`context_length_exceeded`. For the "error" behaviour (OpenAI's default) the gateway checks first,
+with the server's own numbers: the window from `GET <base_url>/models` (`max_model_len`, fetched
+once per model) and the prompt's token count from `POST /tokenize` at the server root.
+
+Counting costs a round trip, so it is skipped when the prompt surely fits: a prompt of b UTF-8
+bytes has at most b tokens plus a few special ones (BOS, a SentencePiece dummy prefix), since
+byte-level BPE and SentencePiece tokens each cover at least one byte of it. Token-id prompts are
+counted as they are. A server without these routes (404) has nothing to check against: the
+request goes as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from gateway.errors import ContextLengthExceeded, GatewayError
+
+from .client import UpstreamClient
+
+SPECIAL_TOKENS_MARGIN = 8
+UTF8_MAX_BYTES = 4  # per character: `len(text) * 4` bounds the bytes without encoding
+NOT_FOUND = "upstream_not_found"  # the code of an upstream 404 (errors.py)
+
+
+def server_root(base_url: str) -> str:
+    """vLLM serves /tokenize beside /v1, not under it."""
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
+def too_long(window: int, prompt_tokens: int, max_tokens: int, where: str = "") -> str:
+    """OpenAI's wording for legacy completions, with both numbers."""
+    return (
+        f"This model's maximum context length is {window} tokens, however you requested "
+        f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in your prompt{where}; "
+        f"{max_tokens} for the completion). Please reduce your prompt; or completion length."
+    )
+
+
+class ContextGuard:
+    """One per provider: the windows it has learnt, and the calls to learn more."""
+
+    __slots__ = ("_can_count", "_client", "_models_url", "_tokenize_url", "_windows")
+
+    def __init__(self, client: UpstreamClient, base_url: str) -> None:
+        self._client = client
+        self._models_url = base_url + "/models"
+        self._tokenize_url = server_root(base_url) + "/tokenize"
+        self._windows: dict[str, int | None] = {}  # upstream model id → max_model_len
+        self._can_count = True  # False once /tokenize turned out not to exist
+
+    async def check(
+        self, model: str, prompts: Sequence[Any], max_tokens: int, timeout_s: float, label: str
+    ) -> None:
+        """Raise ContextLengthExceeded if some prompt plus `max_tokens` exceeds the window."""
+        window = await self._window(model, timeout_s, label)
+        if window is None:
+            return  # the server does not say: nothing to check against
+        counts = await asyncio.gather(
+            *(self._count(model, p, max_tokens, window, timeout_s, label) for p in prompts)
+        )
+        for i, count in enumerate(counts):
+            if count is not None and count + max_tokens > window:
+                where = f" {i}" if len(prompts) > 1 else ""
+                message = too_long(window, count, max_tokens, where)
+                raise ContextLengthExceeded(message, param="prompt")
+
+    async def _window(self, model: str, timeout_s: float, label: str) -> int | None:
+        if model in self._windows:
+            return self._windows[model]
+        listing = await self._call("GET", self._models_url, None, timeout_s, label)
+        window = None
+        for card in (listing or {}).get("data") or ():
+            if isinstance(card, dict) and card.get("id") == model:
+                value = card.get("max_model_len")
+                window = value if type(value) is int and value > 0 else None
+        self._windows[model] = window
+        return window
+
+    async def _count(
+        self, model: str, prompt: Any, max_tokens: int, window: int, timeout_s: float, label: str
+    ) -> int | None:
+        """The prompt's tokens, or None when it surely fits without counting."""
+        if not isinstance(prompt, str):
+            return len(prompt)
+        room = window - max_tokens - SPECIAL_TOKENS_MARGIN
+        if len(prompt) * UTF8_MAX_BYTES <= room or len(prompt.encode()) <= room:
+            return None
+        if not self._can_count:
+            return None
+        payload = orjson.dumps({"model": model, "prompt": prompt})
+        answer = await self._call("POST", self._tokenize_url, payload, timeout_s, label)
+        if answer is None:
+            self._can_count = False
+            return None
+        count = answer.get("count")
+        return count if type(count) is int else None
+
+    async def _call(
+        self, method: str, url: str, payload: bytes | None, timeout_s: float, label: str
+    ) -> dict[str, Any] | None:
+        """The answer, or None when the route does not exist there."""
+        try:
+            return await self._client.call_json(method, url, payload, timeout_s, label)
+        except GatewayError as err:
+            if err.code == NOT_FOUND:
+                return None
+            raise
