@@ -1,79 +1,77 @@
-"""Run the gateway as users do: `gateway serve` under uvicorn, in a subprocess, on a free port."""
+"""Run the gateway as users do: `gateway serve` under uvicorn, in a subprocess, on a free port.
+
+    gw = GatewayProcess(config_text, workdir)   # writes workdir/gateway.yaml, waits on /readyz
+    gw.url                                      # http://127.0.0.1:<port>
+    gw.logs(); gw.stop()                        # logs() still works after stop()
+
+Process handling (free port, readiness polling, SIGINT then SIGKILL, output capture) is
+`tests.upstreams.procs`; this only adds the gateway's command line.
+"""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
+from collections.abc import Mapping
 from pathlib import Path
 
-import httpx
+from tests.upstreams.procs import ServerProcess, StopOnExit, start_on_free_port
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+HOST = "127.0.0.1"
+READY_TIMEOUT_S = 30.0
 
 
-class GatewayProcess:
-    def __init__(self, config_text: str, workdir: Path, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+class _GatewayServer(ServerProcess):
+    """Keeps the output when the log file is removed at stop()."""
+
+    final_output: str | None = None
+
+    def _close_log(self) -> None:
+        if not self._log.closed:
+            self.final_output = self.output()
+        super()._close_log()
+
+
+class GatewayProcess(StopOnExit):
+    def __init__(
+        self,
+        config_text: str,
+        workdir: Path,
+        env: Mapping[str, str] | None = None,
+        log_level: str = "warning",
+        timeout: float = READY_TIMEOUT_S,
+    ) -> None:
         self.config = workdir / "gateway.yaml"
         self.config.write_text(config_text)
-        self.log = workdir / "gateway.log"
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [
+        self._server = start_on_free_port(
+            lambda port: self._argv(port, log_level),
+            ready_path="/readyz",
+            timeout=timeout,
+            env=env,
+            host=HOST,
+            cls=_GatewayServer,
+        )
+        self.port = self._server.port
+        self.url = self._server.url
+
+    def _argv(self, port: int, log_level: str) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "gateway",
             "serve",
             "--config",
             str(self.config),
+            "--host",
+            HOST,
             "--port",
-            str(self.port),
+            str(port),
             "--log-level",
-            "warning",
+            log_level,
         ]
-        self._out = self.log.open("wb")
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
-        self._wait_ready(30.0)
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited early:\n{self.log.read_text()}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"gateway not ready after {timeout}s:\n{self.log.read_text()}")
 
     def logs(self) -> str:
-        return self.log.read_text(errors="replace")
+        final = self._server.final_output
+        return final if final is not None else self._server.output()
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._out.close()
+    def stop(self) -> int | None:
+        return self._server.stop()

@@ -4,6 +4,9 @@ Generic (reuse for the gateway under uvicorn, vLLM, …):
     free_port() -> int
     wait_http_ready(url, timeout=15.0, proc=None)   # polls every 50 ms, no fixed sleeps
     start_process(argv, port=…, ready_url=…, url=…) -> ServerProcess  (.url, .port, .stop())
+    start_on_free_port(argv_for, ready_path=…, url_path=…)   # retries a port taken meanwhile
+Every server runs in a process group of its own, and stop() signals the whole group, so
+children (uvicorn workers, vLLM's engine core) go with it.
 
 Scripted upstreams:
     with start_scripted("fireworks", api_key="k") as up:
@@ -21,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self, TypeVar
@@ -73,7 +76,25 @@ def wait_http_ready(
         time.sleep(POLL_INTERVAL_S)
 
 
-class ServerProcess:
+class StopOnExit:
+    """`with server:` stops it at the end."""
+
+    def stop(self) -> int | None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class ServerProcess(StopOnExit):
     """A server subprocess; output goes to a temp log file (see `output()`)."""
 
     def __init__(
@@ -102,31 +123,25 @@ class ServerProcess:
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
         """SIGINT, wait up to `timeout`, then SIGKILL. Idempotent; returns the exit code."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self._signal_group(signal.SIGINT)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self._signal_group(signal.SIGKILL)
                 self.proc.wait()
+        self._signal_group(signal.SIGKILL)  # whatever the group left behind
         self._close_log()
         return self.proc.returncode
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
 
     def _close_log(self) -> None:
         if not self._log.closed:
             self._log.close()
             with contextlib.suppress(OSError):
                 os.unlink(self._log.name)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -163,6 +178,7 @@ def start_process(
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: stop() reaches its children too
     )
     server = cls(proc, port, url, log, host)
     try:
@@ -173,6 +189,39 @@ def start_process(
         message = f"{exc}; argv={list(argv)}\n{output}"
         raise ServerStartError(message, exc.exited) from None
     return server
+
+
+def start_on_free_port(
+    argv_for: Callable[[int], Sequence[str]],
+    *,
+    ready_path: str,
+    url_path: str = "",
+    timeout: float = READY_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+    host: str = "127.0.0.1",
+    cls: type[S] = ServerProcess,  # type: ignore[assignment]
+    attempts: int = 3,
+) -> S:
+    """`start_process` on a free port; another port when the first was taken before the server
+    bound it (the process exits early then)."""
+    for attempt in range(attempts):
+        port = free_port(host)
+        root = f"http://{host}:{port}"
+        try:
+            return start_process(
+                argv_for(port),
+                port=port,
+                ready_url=root + ready_path,
+                url=root + url_path,
+                timeout=timeout,
+                env=env,
+                host=host,
+                cls=cls,
+            )
+        except ServerStartError as exc:
+            if not exc.exited or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _read(path: str) -> str:
@@ -188,10 +237,21 @@ class ScriptedUpstream(ServerProcess):
     def dialect(self) -> str:
         return "fireworks" if self.url.endswith(BASE_PATHS["fireworks"]) else "openai"
 
+    _http: httpx.Client | None = None
+
     def _control(self, method: str, path: str, payload: Any = None) -> Any:
-        r = httpx.request(method, self.root + path, json=payload, timeout=5.0, trust_env=False)
+        # One kept-alive client: a new one per call costs more than the call (SSL context).
+        if self._http is None:
+            self._http = httpx.Client(base_url=self.root, timeout=5.0, trust_env=False)
+        r = self._http.request(method, path, json=payload)
         r.raise_for_status()
         return r.json()
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+        return super().stop(timeout)
 
     def requests(self) -> list[dict[str, Any]]:
         """Every completions request received: {seq, time, path, headers (lower-case), body}."""
@@ -240,26 +300,12 @@ def start_scripted(
         "context_window": context_window,
         "chunk_delay_ms": chunk_delay_ms,
     }
-    for attempt in range(attempts):  # a free port can be taken before we bind it
-        port = free_port(host)
-        try:
-            return _start_scripted_on(dialect, port, host, options, timeout)
-        except ServerStartError as exc:
-            if not exc.exited or attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
-def _start_scripted_on(
-    dialect: str, port: int, host: str, options: Mapping[str, Any], timeout: float
-) -> ScriptedUpstream:
-    root = f"http://{host}:{port}"
-    return start_process(
-        scripted_argv(dialect, port, host, options),
-        port=port,
-        ready_url=f"{root}/health",
-        url=root + BASE_PATHS[dialect],
+    return start_on_free_port(
+        lambda port: scripted_argv(dialect, port, host, options),
+        ready_path="/health",
+        url_path=BASE_PATHS[dialect],
         timeout=timeout,
         host=host,
         cls=ScriptedUpstream,
+        attempts=attempts,
     )
