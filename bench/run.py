@@ -1,11 +1,12 @@
 """Gateway benchmark: the same wrk load against the mock upstream (direct) and through the gateway.
 
-Starts bench/mock_upstream.py and `gateway serve --workers 1` on free ports, then for each scenario
-runs a warm-up and a measured wrk run against both targets:
+Starts bench/mock_upstream.py, `gateway serve --workers 1` and bench/passthrough.py (a bare
+Starlette + aiohttp pass-through: the yardstick of what any Python proxy costs on this machine)
+on free ports, then for each scenario runs a warm-up and a measured wrk run against each target:
 
-    latency     1 connection:   p50/p99 both ways; added latency = gateway - direct
-    throughput  32 connections: requests/s both ways and the ratio
-    streaming   8 connections, 64-chunk SSE streams: requests/s and p50 both ways
+    latency     1 connection:   p50/p99; added latency = gateway - direct
+    throughput  32 connections: requests/s and the ratio to direct
+    streaming   8 connections, 64-chunk SSE streams: requests/s and p50
 
 Prints a markdown table, writes bench/results.json and checks the budgets (exit 1 on a failed
 budget with --check). A run with any socket error or HTTP status >= 400 fails the bench (exit 2).
@@ -48,6 +49,7 @@ DEFAULT_GATEWAY_CMD = (
 READY_TIMEOUT_S = 60.0
 MIN_THROUGHPUT_RATIO = 0.12
 MAX_ADDED_P50_MS = 0.35
+BUSY_GATEWAY_CPU_PERCENT = 90.0
 
 
 @dataclass(frozen=True)
@@ -294,17 +296,18 @@ def index(runs: list[Run]) -> dict[tuple[str, str], Run]:
     return {(run.scenario, run.target): run for run in runs}
 
 
-def comparisons(runs: list[Run]) -> dict[str, dict[str, float]]:
+def comparisons(runs: list[Run], target: str = "gateway") -> dict[str, dict[str, float]]:
+    """`target` against direct, per scenario."""
     by = index(runs)
     out: dict[str, dict[str, float]] = {}
     for scenario in dict.fromkeys(run.scenario for run in runs):
-        direct, gateway = by.get((scenario, "direct")), by.get((scenario, "gateway"))
-        if direct is None or gateway is None:
+        direct, other = by.get((scenario, "direct")), by.get((scenario, target))
+        if direct is None or other is None:
             continue
         out[scenario] = {
-            "throughput_ratio": round(gateway.requests_per_s / direct.requests_per_s, 4),
-            "added_p50_ms": round(gateway.latency_ms["p50"] - direct.latency_ms["p50"], 3),
-            "added_p99_ms": round(gateway.latency_ms["p99"] - direct.latency_ms["p99"], 3),
+            "throughput_ratio": round(other.requests_per_s / direct.requests_per_s, 4),
+            "added_p50_ms": round(other.latency_ms["p50"] - direct.latency_ms["p50"], 3),
+            "added_p99_ms": round(other.latency_ms["p99"] - direct.latency_ms["p99"], 3),
         }
     return out
 
@@ -334,10 +337,10 @@ def budgets(compared: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     return checks
 
 
-def versus(run: Run, compared: dict[str, dict[str, float]]) -> str:
-    if run.target != "gateway" or run.scenario not in compared:
+def versus(run: Run, compared: dict[str, dict[str, dict[str, float]]]) -> str:
+    c = compared.get(run.target, {}).get(run.scenario)
+    if c is None:
         return ""
-    c = compared[run.scenario]
     ratio = f"{100 * c['throughput_ratio']:.1f}% of direct req/s"
     added = f"{c['added_p50_ms']:+.3f} ms p50, {c['added_p99_ms']:+.3f} ms p99"
     if run.scenario == "latency":
@@ -347,9 +350,24 @@ def versus(run: Run, compared: dict[str, dict[str, float]]) -> str:
     return ratio
 
 
-def markdown(runs: list[Run], compared: dict[str, dict[str, float]], env: dict[str, Any]) -> str:
+def contention_warnings(runs: list[Run]) -> list[str]:
+    """Under load one gateway worker should use a whole CPU; less means others took the CPUs."""
+    warnings = []
+    for run in runs:
+        cpu = run.cpu_percent.get("gateway")
+        if run.connections > 1 and cpu is not None and cpu < BUSY_GATEWAY_CPU_PERCENT:
+            warnings.append(
+                f"{run.scenario}: the gateway used only {cpu:.0f}% CPU under load; "
+                "the machine was probably busy with other work, so rerun on a quiet machine"
+            )
+    return warnings
+
+
+def markdown(
+    runs: list[Run], compared: dict[str, dict[str, dict[str, float]]], env: dict[str, Any]
+) -> str:
     lines = [
-        "| scenario | target | req/s | p50 ms | p99 ms | server CPU | gateway vs direct |",
+        "| scenario | target | req/s | p50 ms | p99 ms | server CPU | vs direct |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for run in runs:
@@ -364,7 +382,7 @@ def markdown(runs: list[Run], compared: dict[str, dict[str, float]], env: dict[s
     lines.append(
         f"{env['cpus']} CPUs, Python {env['python']}, {env['wrk']}, {env['duration_s']} s per run "
         f"after a {env['warmup_s']} s warm-up; gateway with 1 worker; streams of "
-        f"{env['chunks']} chunks."
+        f"{env['chunks']} chunks; passthrough = bare Starlette + aiohttp (bench/passthrough.py)."
     )
     return "\n".join(lines)
 
@@ -421,6 +439,16 @@ def start_mock(procs: Processes, chunks: int) -> Target:
     return Target("direct", f"http://{HOST}:{port}/v1/completions", "mock-model", "", proc.pid)
 
 
+def start_passthrough(procs: Processes, mock: Target) -> Target:
+    port = free_port()
+    script = str(BENCH_DIR / "passthrough.py")
+    cmd = [sys.executable, script, "--upstream", mock.url, "--host", HOST, "--port", str(port)]
+    proc = procs.start("passthrough", cmd)
+    wait_ready(f"http://{HOST}:{port}/health", procs, "passthrough")
+    url = f"http://{HOST}:{port}/v1/completions"
+    return Target("passthrough", url, mock.model, "", proc.pid)
+
+
 def start_gateway(procs: Processes, template: str, mock_url: str, tmp: Path) -> Target:
     port = free_port()
     mock_port = urllib.parse.urlsplit(mock_url).port
@@ -433,12 +461,13 @@ def start_gateway(procs: Processes, template: str, mock_url: str, tmp: Path) -> 
 
 
 @contextmanager
-def servers(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[Target, Target]]:
-    """Starts the mock and the gateway; yields the direct and gateway targets."""
+def servers(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[Target, ...]]:
+    """Starts the mock, the gateway and the pass-through; yields the targets, direct first."""
     procs = Processes(tmp)
     try:
         direct = start_mock(procs, args.chunks)
-        yield direct, start_gateway(procs, args.gateway_cmd, direct.url, tmp)
+        gateway = start_gateway(procs, args.gateway_cmd, direct.url, tmp)
+        yield direct, gateway, start_passthrough(procs, direct)
     finally:
         procs.close()
 
@@ -446,14 +475,16 @@ def servers(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[Target, Targe
 def bench(args: argparse.Namespace, tmp: Path) -> list[Run]:
     chosen = [s for s in SCENARIOS if s.name in args.scenarios]
     runs: list[Run] = []
-    with servers(args, tmp) as (direct, gateway):
-        for target in (direct, gateway):
+    with servers(args, tmp) as targets:
+        for target in targets:
             probe(target, stream=False, tmp=tmp)
             probe(target, stream=True, tmp=tmp)
-        cpu_pids = {"gateway": gateway.pid, "mock": direct.pid}
+        direct = targets[0]
         for scenario in chosen:
-            for target in (direct, gateway):
-                pids = cpu_pids if target is gateway else {"mock": direct.pid}
+            for target in targets:
+                pids = {target.name: target.pid, "mock": direct.pid}
+                if target is direct:
+                    pids = {"mock": direct.pid}
                 runs.append(run_one(target, scenario, args, tmp, pids))
     return runs
 
@@ -476,8 +507,8 @@ def run_one(
 
 def report(runs: list[Run], args: argparse.Namespace) -> int:
     env = environment(args)
-    compared = comparisons(runs)
-    checks = budgets(compared)
+    compared = {name: comparisons(runs, name) for name in ("gateway", "passthrough")}
+    checks = budgets(compared["gateway"])
     failed_runs = [run for run in runs if run.error_count]
     print(markdown(runs, compared, env))
     print()
@@ -486,6 +517,8 @@ def report(runs: list[Run], args: argparse.Namespace) -> int:
         print(f"{verdict}  {check['name']}: {check['value']} (budget {check['budget']})")
     for run in failed_runs:
         print(f"FAIL  {run.scenario} {run.target}: errors {run.errors}")
+    for warning in contention_warnings(runs):
+        print(f"NOTE  {warning}")
     results = {
         "environment": env,
         "runs": [asdict(run) for run in runs],

@@ -70,9 +70,9 @@ def _document(out: dict[str, Any], req: CompletionRequest, cid: str) -> dict[str
 async def serve_stream(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -> None:
     for attempt, target in enumerate(plan.targets):
         prepared = _prepare(ctx, req, plan, attempt)
-        chunks = ctx.runtime.providers[target.provider].stream(prepared).__aiter__()
+        batches = ctx.runtime.providers[target.provider].stream(prepared).__aiter__()
         try:
-            first = await until_disconnect(_first(chunks), ctx.receive)
+            first = await until_disconnect(_first(batches), ctx.receive)
         except GatewayError as err:
             if plan.should_fall_back(err, attempt):
                 continue
@@ -81,19 +81,19 @@ async def serve_stream(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -
         env = Envelope(cid, int(time.time()), req.model, req.include_usage)
         result = StreamResult()
         await until_disconnect(
-            pump(ctx.send, first, chunks, env, req.include_usage, result), ctx.receive
+            pump(ctx.send, first, batches, env, req.include_usage, result), ctx.receive
         )
         return
 
 
-async def _first(chunks: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
-    """The first item: an upstream error before it is still a plain JSON error response."""
+async def _first(batches: AsyncIterator[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The first batch: an upstream error before it is still a plain JSON error response."""
     try:
-        return await chunks.__anext__()
+        return await batches.__anext__()
     except StopAsyncIteration:
-        return {}
+        return []
     except BaseException:
-        aclose = getattr(chunks, "aclose", None)
+        aclose = getattr(batches, "aclose", None)
         if aclose is not None:
             await aclose()
         raise

@@ -5,11 +5,13 @@ choices in `prompt_idx * n + i` order, legacy logprobs, stop strings excluded, u
 counts it. The gateway then stamps `id`, `object`, `created` and `model` (the caller's alias).
 
 * `complete()` returns `{"choices": [...], "usage": {...}, "system_fingerprint"?: str}`.
-* `stream()` may first yield `{}` once the upstream has accepted the request (so the caller's
-  response headers go out at once), then chunks `{"choices": [choice deltas]}`; a delta has
-  `text`, `index`, `logprobs`, `finish_reason` (non-null only on that choice's last delta).
-  The last item is `{"choices": [], "usage": {...}}` whenever the upstream reported usage.
-  A chunk may carry `system_fingerprint`: it holds for that chunk and every later one.
+* `stream()` yields batches (lists) of chunks: all that is ready at once, which the gateway
+  writes to the caller in one piece. It may first yield `[]` once the upstream has accepted the
+  request (so the caller's response headers go out at once). A chunk is
+  `{"choices": [choice deltas]}`; a delta has `text`, `index`, `logprobs`, `finish_reason`
+  (non-null only on that choice's last delta). The last chunk is
+  `{"choices": [], "usage": {...}}` whenever the upstream reported usage. A chunk may carry
+  `system_fingerprint`: it holds for that chunk and every later one.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class Provider(Protocol):
 
     async def complete(self, prepared: Prepared) -> Json: ...
 
-    def stream(self, prepared: Prepared) -> AsyncIterator[Json]: ...
+    def stream(self, prepared: Prepared) -> AsyncIterator[list[Json]]: ...
 
 
 class ProviderFactory(Protocol):

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 
 import orjson
 
-from gateway.errors import ConfigError, ContextLengthExceeded, InvalidRequest
+from gateway.errors import ConfigError, ContextLengthExceeded, GatewayError, InvalidRequest
 from gateway.schemas import CompletionRequest
 from providers.base import Prepared, Target
 from providers.params import apply_rules
@@ -128,19 +128,23 @@ class OpenAICompatProvider:
             picked = select_best(picked, plan.best_of, req.n, req.prompts, req.echo)
         return finish(body, picked, plan.shape)
 
-    async def stream(self, prepared: Prepared) -> AsyncGenerator[Json, None]:
+    async def stream(self, prepared: Prepared) -> AsyncGenerator[list[Json], None]:
         plan: Plan = prepared.state
         label = prepared.target.label
         resp = await self._send(prepared, self._client.open_stream)
         normalizer = StreamNormalizer(plan.shape)
         try:
-            yield {}  # the upstream accepted: the caller's headers can go out now
-            async with aclosing(self._client.events(resp, label)) as events:
-                async for event in events:
-                    for chunk in normalizer.feed(event):
-                        yield chunk
-            for chunk in normalizer.end():
-                yield chunk
+            yield []  # the upstream accepted: the caller's headers can go out now
+            async with aclosing(self._client.batches(resp, label)) as batches:
+                async for events in batches:
+                    out, failure = _normalized(normalizer, events)
+                    if out:  # what came before a bad event still reaches the caller
+                        yield out
+                    if failure is not None:
+                        raise failure
+            last = normalizer.end()
+            if last:
+                yield last
         finally:
             resp.close()  # a no-op after a complete stream; cuts the upstream off otherwise
 
@@ -161,6 +165,18 @@ class OpenAICompatProvider:
             if payload is None:
                 raise
         return await call(payload, target.timeout_s, target.label)
+
+
+def _normalized(
+    normalizer: StreamNormalizer, events: list[Json]
+) -> tuple[list[Json], GatewayError | None]:
+    out: list[Json] = []
+    try:
+        for event in events:
+            out.extend(normalizer.feed(event))
+    except GatewayError as err:
+        return out, err
+    return out, None
 
 
 def _echoed(request: CompletionRequest) -> tuple[int, ...]:

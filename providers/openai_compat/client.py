@@ -7,11 +7,13 @@ Failures leave here already translated into the gateway's error tree (errors.py)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
+
+from gateway.errors import GatewayError
 
 from .errors import bad_answer, event_error, parse_body, transport_error, upstream_error
 from .sse import DONE, SSEDecoder
@@ -22,10 +24,11 @@ DNS_TTL_S = 300
 KEEPALIVE_S = 30.0
 DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body before closing
 DRAIN_BYTES = 64 * 1024
+MAX_TIMEOUTS = 64
 
 
 class UpstreamClient:
-    __slots__ = ("_connect_s", "_headers", "_limit", "_secret", "_session", "_url")
+    __slots__ = ("_connect_s", "_headers", "_limit", "_secret", "_session", "_timeouts", "_url")
 
     def __init__(
         self,
@@ -42,6 +45,21 @@ class UpstreamClient:
         self._connect_s = connect_timeout_s
         self._secret = secret  # only to scrub it from upstream error messages
         self._session: aiohttp.ClientSession | None = None
+        # Timeouts come from config, so there are few: built once, not per request (bounded
+        # all the same, in case a caller ever passes computed ones).
+        self._timeouts: dict[tuple[float | None, float | None], aiohttp.ClientTimeout] = {}
+
+    def _timeout(self, total: float | None, sock_read: float | None) -> aiohttp.ClientTimeout:
+        key = (total, sock_read)
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            timeout = aiohttp.ClientTimeout(
+                total=total, sock_connect=self._connect_s, sock_read=sock_read
+            )
+            if len(self._timeouts) >= MAX_TIMEOUTS:
+                self._timeouts.clear()
+            self._timeouts[key] = timeout
+        return timeout
 
     async def start(self) -> None:
         if self._session is not None:
@@ -83,7 +101,7 @@ class UpstreamClient:
         self, method: str, url: str, payload: bytes | None, timeout_s: float, label: str
     ) -> Json:
         """One JSON call to `url` (an address of this same upstream, never a caller's)."""
-        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=self._connect_s)
+        timeout = self._timeout(timeout_s, None)
         try:
             async with self._request(method, url, timeout, payload) as resp:
                 raw = await resp.read()
@@ -112,9 +130,7 @@ class UpstreamClient:
         2xx. The caller owns it: it must be closed (events() does, and so must the caller if it
         never gets to iterate)."""
         # No total deadline on a stream: `timeout_s` bounds each wait for the next bytes.
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self._connect_s, sock_read=timeout_s
-        )
+        timeout = self._timeout(None, timeout_s)
         try:
             resp: aiohttp.ClientResponse = await self._request("POST", self._url, timeout, payload)
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -129,28 +145,36 @@ class UpstreamClient:
             resp.release()  # reused only if the body was read to its end
         raise upstream_error(resp.status, parse_body(raw), resp.headers, label, self._secret)
 
-    async def events(self, resp: aiohttp.ClientResponse, label: str) -> AsyncGenerator[Json, None]:
-        """The JSON events of an open stream, up to `[DONE]`. If the consumer stops early (aclose
-        or cancellation: the caller went away), the connection is closed at once, so the
-        upstream sees the disconnect and stops generating."""
+    async def batches(
+        self, resp: aiohttp.ClientResponse, label: str
+    ) -> AsyncGenerator[list[Json], None]:
+        """The JSON events of an open stream up to `[DONE]`, one list per read from the socket
+        (what arrived together). If the consumer stops early (aclose or cancellation: the
+        caller went away), the connection is closed at once, so the upstream sees the
+        disconnect and stops generating."""
         finished = False
         try:
             if resp.content_type == "application/json":
                 # Some servers answer a stream request with one JSON document; its shape is
                 # that of a (single, complete) stream chunk.
-                yield self._document(await resp.read(), label)
+                yield [self._document(await resp.read(), label)]
                 finished = True
                 return
             decoder = SSEDecoder()
             async for chunk in resp.content.iter_any():
-                for data in decoder.feed(chunk):
-                    if data.startswith(DONE):
-                        finished = await _drain(resp)
-                        return
-                    yield self._event(data, label)
-            for data in decoder.flush():
-                if not data.startswith(DONE):
-                    yield self._event(data, label)
+                batch, done, failure = self._parse(decoder.feed(chunk), label)
+                if batch:  # what came before a bad event still reaches the caller
+                    yield batch
+                if failure is not None:
+                    raise failure
+                if done:
+                    finished = await _drain(resp)
+                    return
+            batch, _, failure = self._parse(decoder.flush(), label)
+            if batch:
+                yield batch
+            if failure is not None:
+                raise failure
             finished = True
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise transport_error(exc, label) from None
@@ -159,6 +183,21 @@ class UpstreamClient:
                 resp.release()
             else:
                 resp.close()
+
+    def _parse(
+        self, datas: Iterable[bytes], label: str
+    ) -> tuple[list[Json], bool, GatewayError | None]:
+        """The events in `datas`; whether `[DONE]` came; the error at a bad or error event
+        (with the events before it)."""
+        batch: list[Json] = []
+        try:
+            for data in datas:
+                if data.startswith(DONE):
+                    return batch, True, None
+                batch.append(self._event(data, label))
+        except GatewayError as err:
+            return batch, False, err
+        return batch, False, None
 
     def _event(self, data: bytes, label: str) -> Json:
         try:

@@ -55,20 +55,22 @@ class FakeProvider:
         usage = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
         return {"choices": self._choices(prepared), "usage": usage}
 
-    async def stream(self, prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, prepared: Prepared) -> AsyncIterator[list[dict[str, Any]]]:
         self.calls += 1
         if self.fail:
             raise self.fail
-        yield {}
+        yield []
         for c in self._choices(prepared):
-            yield {"choices": [{**c, "text": "a", "finish_reason": None}]}
-            yield {"choices": [{**c, "text": "b"}]}
+            # One batch of two chunks, then one of one: both must come out as events.
+            yield [
+                {"choices": [{**c, "text": "a", "finish_reason": None}]},
+                {"choices": [{**c, "text": "b", "finish_reason": None}]},
+            ]
+            yield [{"choices": [{**c, "text": ""}]}]
         if prepared.request.fields["prompt"] == "break":
             raise UpstreamError("Upstream x/y broke mid-stream", target="x/y")
-        yield {
-            "choices": [],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 4, "total_tokens": 5},
-        }
+        usage = {"prompt_tokens": 1, "completion_tokens": 4, "total_tokens": 5}
+        yield [{"choices": [], "usage": usage}]
 
 
 def _config(providers: dict[str, FakeProvider]) -> Config:

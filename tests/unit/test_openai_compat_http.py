@@ -161,10 +161,12 @@ def prepare(p: OpenAICompatProvider, timeout_s: float = 5.0, **fields: Any) -> P
 
 
 async def collect(p: OpenAICompatProvider, prepared: Prepared) -> list[dict[str, Any]]:
-    """The chunks after the `{}` that says the upstream accepted the request."""
-    chunks = [chunk async for chunk in p.stream(prepared)]
-    assert chunks[0] == {}
-    return chunks[1:]
+    """The chunks after the `[]` that says the upstream accepted the request; no other batch
+    may be empty."""
+    batches = [batch async for batch in p.stream(prepared)]
+    assert batches[0] == []
+    assert all(batches[1:])
+    return [chunk for batch in batches[1:] for chunk in batch]
 
 
 # ---------------------------------------------------------------- non-stream
@@ -430,12 +432,27 @@ async def test_stream_error_event_midway(upstream: Upstream, make: Factory) -> N
             {"error": {"message": "engine dead", "type": "InternalServerError", "code": 500}},
         )
     )
-    got: list[dict[str, Any]] = []
+    got: list[list[dict[str, Any]]] = []
     with pytest.raises(UpstreamError) as exc:
-        async for chunk in p.stream(prepare(p, stream=True)):
-            got.append(chunk)
-    assert len(got) == 2 and got[0] == {}
+        async for batch in p.stream(prepare(p, stream=True)):
+            got.append(batch)
+    assert got[0] == [] and [c["choices"][0]["text"] for b in got for c in b] == ["a"]
     assert exc.value.message == "Upstream up/org/model returned 500: engine dead"
+
+
+async def test_stream_bad_chunk_after_good_ones_in_one_read(
+    upstream: Upstream, make: Factory
+) -> None:
+    p = await make("openai")
+    upstream.script.append(
+        sse({"choices": [{"index": 0, "text": "a", "finish_reason": None}]}, {"choices": ["?"]})
+    )
+    got: list[list[dict[str, Any]]] = []
+    with pytest.raises(UpstreamError) as exc:
+        async for batch in p.stream(prepare(p, stream=True)):
+            got.append(batch)
+    assert [c["choices"][0]["text"] for b in got for c in b] == ["a"]
+    assert "a choice that is not a JSON object" in exc.value.message
 
 
 async def test_stream_answered_with_json(upstream: Upstream, make: Factory) -> None:
@@ -475,9 +492,9 @@ async def test_consumer_aclose_closes_upstream_at_once(upstream: Upstream, make:
     p = await make("vllm-server")
     upstream.script.append(endless(upstream))
     stream = p.stream(prepare(p, stream=True))
-    assert await stream.__anext__() == {}
+    assert await stream.__anext__() == []
     first = await stream.__anext__()
-    assert first["choices"][0]["text"] == "x"
+    assert first[0]["choices"][0]["text"] == "x"
     await stream.aclose()
     await asyncio.wait_for(upstream.gone.wait(), 10.0)
 
