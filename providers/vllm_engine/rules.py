@@ -1,0 +1,30 @@
+"""The in-process engine's parameter table: vLLM's server table, with what the gateway does
+itself for the engine.
+
+Fields that reach `sampling.sampling_kwargs` pass; what the adapter carries out (best_of,
+context fitting, usage in streams) is emulated; Mirostat passes to the engine's logits
+processor. vLLM's own extras are not served by the engine yet, so unknown fields follow the
+model's `unsupported_params` (400 or drop), never a silent no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from providers.openai_compat.dialects.vllm import RULES as VLLM_SERVER
+from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
+
+RULES: Mapping[str, Rule] = MappingProxyType(
+    derive(
+        VLLM_SERVER,
+        # The engine's usage is exact from token counts; the gateway renders the usage chunk.
+        stream_options=EMULATE,
+        # Checked exactly with the engine's tokenizer before anything is generated.
+        context_length_exceeded_behavior=EMULATE,
+        response_format=passes(),  # sampling.structured_outputs takes all three forms
+        mirostat_target=passes(),  # ranges: sampling.mirostat_args (both must be > 0)
+        mirostat_lr=passes(),
+        **{UNKNOWN: Rule(Action.REJECT, note="not supported by the in-process vLLM engine")},
+    )
+)
