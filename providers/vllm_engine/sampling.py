@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import InvalidRequest
+from providers.vllm_engine import mirostat
 
 # Defaults for unset fields: vLLM server's CompletionRequest._DEFAULT_SAMPLING_PARAMS.
 DEFAULTS: Mapping[str, Any] = {
@@ -31,10 +32,17 @@ DEFAULTS: Mapping[str, Any] = {
 }
 # Fields taken as they are (the gateway validated them already).
 DIRECT = ("seed", "logit_bias")
-MIROSTAT_FIELDS = ("mirostat_target", "mirostat_lr")
-MIROSTAT_LR_DEFAULT = 0.1  # llama.cpp's default η
 KNOWN_FIELDS = frozenset(
-    (*DEFAULTS, *DIRECT, *MIROSTAT_FIELDS, "n", "stop", "logprobs", "max_tokens", "ignore_eos")
+    (
+        *DEFAULTS,
+        *DIRECT,
+        *mirostat.EXTRA_ARGS_KEYS,
+        "n",
+        "stop",
+        "logprobs",
+        "max_tokens",
+        "ignore_eos",
+    )
 )
 
 
@@ -102,23 +110,15 @@ def structured_outputs(response_format: Any) -> dict[str, Any] | None:
 
 
 def mirostat_args(body: Mapping[str, Any]) -> dict[str, float]:
-    """Mirostat v2 parameters for the engine's logits processor; empty when not asked for."""
-    target = body.get("mirostat_target")
-    if target is None:
-        if body.get("mirostat_lr") is not None:
-            raise InvalidRequest(
-                "'mirostat_lr' needs 'mirostat_target' (Mirostat is on only with a target).",
-                param="mirostat_lr",
-            )
+    """Mirostat v2 parameters for the engine's logits processor; empty when not asked for.
+    Checked here, by the processor's own validator, so a bad value is a 400 naming the field."""
+    try:
+        settings = mirostat.from_extra_args({k: body.get(k) for k in mirostat.EXTRA_ARGS_KEYS})
+    except mirostat.MirostatError as exc:
+        raise InvalidRequest(str(exc), param=exc.param) from None
+    if settings is None:
         return {}
-    lr = body.get("mirostat_lr", MIROSTAT_LR_DEFAULT)
-    for name, value in zip(MIROSTAT_FIELDS, (target, lr), strict=True):
-        if type(value) not in (int, float) or not 0 < value < float("inf"):
-            raise InvalidRequest(
-                f"Invalid value for '{name}': expected a number greater than 0, got {value!r}.",
-                param=name,
-            )
-    return {"mirostat_target": float(target), "mirostat_lr": float(lr)}
+    return dict(zip(mirostat.EXTRA_ARGS_KEYS, settings, strict=True))
 
 
 def build(kwargs: Mapping[str, Any]) -> Any:
