@@ -8,9 +8,12 @@ from typing import Any
 from gateway.errors import ConfigError
 from providers.base import Provider, ProviderFactory
 from providers.openai_compat.adapter import OpenAICompatProvider
+from providers.vllm_engine.adapter import VllmEngineProvider
 
 FACTORIES: Mapping[str, ProviderFactory] = {
-    tag: OpenAICompatProvider.from_config for tag in OpenAICompatProvider.type_tags
+    tag: cls.from_config
+    for cls in (OpenAICompatProvider, VllmEngineProvider)
+    for tag in cls.type_tags
 }
 
 

