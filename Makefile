@@ -76,9 +76,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check gateway providers tests bench
 	$(BIN)/mypy gateway providers
 
-bench: $(STAMP)
+# The gateway vs direct on a mock upstream, then the in-process engine vs vLLM's own server.
+bench: install
 	@./scripts/debs.sh $(BENCH_DEBS)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/engine.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -82,6 +82,10 @@ class Engine:
             box: list[AsyncLLM] = []
             await asyncio.to_thread(lambda: box.append(build_engine(self.settings)))
             self._llm = box.pop()
+            # As vLLM's own server does after start-up: the heap vLLM and torch just built is
+            # static; frozen, full collections stop scanning it (pauses of hundreds of ms).
+            gc.collect()
+            gc.freeze()
         except Exception as exc:  # any failure is reported, never raised into the loop
             if isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith("vllm"):
                 self._failure = MISSING.format(name=self.name)

@@ -1,0 +1,378 @@
+"""In-process engine vs vLLM's own OpenAI server: the same tiny model, the same prompts.
+
+Starts vLLM's OpenAI server and the gateway with a `type: vllm` provider on models/tiny, with
+identical engine settings (max_model_len 1024, float32, eager, seed 0, 1 GiB KV cache, vLLM's
+default process layout), then streams the same requests to each at 1 and 8 concurrent streams:
+each request generates exactly --max-tokens tokens (ignore_eos) and reports usage. Rounds
+alternate between the two targets (one running at a time) so that drift on a shared machine
+hits both alike; the table shows the median over rounds of
+
+    tokens/s   completion tokens of all requests / wall time of the run
+    TTFT p50   time from sending a request to its first text chunk
+
+Budget (issue 3): the gateway's tokens/s at least the server's, its TTFT p50 no worse.
+
+    .venv/bin/python bench/engine.py [--rounds 3] [--max-tokens 128] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from run import HOST, BenchError, free_port
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+MODEL_DIR = ROOT / "models" / "tiny"
+KEY = "sk-bench-engine"
+SERVER, GATEWAY = "vllm-server", "gateway-engine"
+START_TIMEOUT_S = 300.0
+# Both engines alike: what the tests use, with vLLM's default process layout (engine core and
+# worker in their own processes) and the KV cache from the environment.
+ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+ENGINE_ARGS = {"max_model_len": 1024, "dtype": "float32", "enforce_eager": True, "seed": 0}
+PROMPTS = (
+    "Once upon a time",
+    "The weather today is",
+    "In a hole in the ground there lived",
+    "It was the best of times, it was the worst of times",
+    "Call me Ishmael. Some years ago",
+    "The quick brown fox jumps over",
+    "A long time ago in a galaxy far",
+    "All happy families are alike",
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    url: str  # .../v1/completions
+    model: str
+    headers: dict[str, str]
+
+
+@dataclass
+class Result:
+    target: str
+    streams: int
+    round: int
+    tokens: int
+    seconds: float
+    ttft_ms: list[float]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+    @property
+    def ttft_p50_ms(self) -> float:
+        return statistics.median(self.ttft_ms)
+
+
+# ---------------------------------------------------------------- servers
+
+
+def server_command(port: int) -> list[str]:
+    return [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(MODEL_DIR), "--served-model-name", "tiny",
+        "--host", HOST, "--port", str(port),
+        "--max-model-len", "1024", "--dtype", "float32", "--enforce-eager", "--seed", "0",
+    ]  # fmt: skip
+
+
+def gateway_config(tmp: Path) -> Path:
+    config = {
+        "auth": {"keys": [{"id": "bench", "key": KEY, "models": ["*"]}]},
+        "providers": {
+            "engine": {"type": "vllm", "model": str(MODEL_DIR), "engine_args": ENGINE_ARGS}
+        },
+        "models": {"tiny": {"targets": [{"provider": "engine"}], "timeout_s": 600}},
+    }
+    path = tmp / "gateway.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+@contextmanager
+def serving(name: str, tmp: Path) -> Iterator[Target]:
+    """One target at a time: two CPU engines side by side would bind their workers to the same
+    core and spin against each other (vLLM's default OpenMP binding), which is noise. Started
+    in the bench's own session: in sessions of their own (setsid) both targets showed
+    multi-second stalls on these machines."""
+    os.environ.update(ENV)
+    port = free_port()
+    command = server_command(port) if name == SERVER else gateway_command(tmp, port)
+    ready = f"http://{HOST}:{port}" + ("/health" if name == SERVER else "/readyz")
+    log_path = tmp / f"{name}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_up(proc, ready, log_path)
+        auth = {"Authorization": f"Bearer {KEY}"} if name == GATEWAY else {}
+        yield Target(name, f"http://{HOST}:{port}/v1/completions", "tiny", auth)
+    finally:
+        stop(proc)
+
+
+def wait_up(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").splitlines()[-30:]
+            raise BenchError(f"{url}: exited with {proc.returncode}:\n" + "\n".join(tail))
+        with suppress(OSError), urllib.request.urlopen(url, timeout=1.0) as response:
+            if response.status == 200:
+                return
+        time.sleep(0.1)
+    raise BenchError(f"not ready at {url} after {START_TIMEOUT_S:.0f} s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """TERM the target, then KILL whatever is left of its process tree: an engine's worker that
+    outlived its parent would keep spinning on a core and slow the next target down."""
+    tree = [proc.pid, *descendants(proc.pid)]
+    proc.terminate()
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=15)
+    deadline = time.monotonic() + 30
+    while alive := [pid for pid in tree if running(pid)]:
+        if time.monotonic() > deadline:
+            raise BenchError(f"processes {alive} would not exit")
+        for pid in alive:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def stat_fields(pid: int | str) -> list[str]:
+    """/proc/PID/stat after the command name: state, ppid, pgrp, ..."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def running(pid: int) -> bool:
+    try:
+        return stat_fields(pid)[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def descendants(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with suppress(OSError, IndexError, ValueError):
+                parents[int(entry.name)] = int(stat_fields(entry.name)[1])
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        frontier = [pid for pid, ppid in parents.items() if ppid in frontier]
+        found.extend(frontier)
+    return found
+
+
+def gateway_command(tmp: Path, port: int) -> list[str]:
+    return [
+        sys.executable, "-m", "gateway", "serve", "--config", str(gateway_config(tmp)),
+        "--host", HOST, "--port", str(port), "--log-level", "warning",
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- load
+
+
+def body(target: Target, i: int, max_tokens: int) -> dict[str, Any]:
+    return {
+        "model": target.model,
+        "prompt": PROMPTS[i % len(PROMPTS)],
+        "max_tokens": max_tokens,
+        "temperature": 1.0,
+        "seed": i,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+async def one(
+    session: aiohttp.ClientSession, target: Target, i: int, max_tokens: int
+) -> tuple[int, float]:
+    """(completion tokens, ms to the first text) of one streamed request."""
+    began = time.perf_counter()
+    first: float | None = None
+    tokens = 0
+    async with session.post(target.url, json=body(target, i, max_tokens)) as resp:
+        if resp.status != 200:
+            raise BenchError(f"{target.name}: HTTP {resp.status}: {await resp.text()}")
+        async for raw in resp.content:
+            line = raw.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if first is None and event.get("choices"):  # the first token, whatever its text
+                first = time.perf_counter()
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+    if first is None or tokens != max_tokens:
+        raise BenchError(f"{target.name}: request {i} gave {tokens} tokens, no text: {first}")
+    return tokens, (first - began) * 1000
+
+
+async def run_load(target: Target, streams: int, per_stream: int, max_tokens: int) -> Result:
+    async with aiohttp.ClientSession(headers=target.headers) as session:
+
+        async def worker(w: int) -> list[tuple[int, float]]:
+            return [
+                await one(session, target, w * per_stream + k, max_tokens)
+                for k in range(per_stream)
+            ]
+
+        began = time.perf_counter()
+        done = await asyncio.gather(*(worker(w) for w in range(streams)))
+        seconds = time.perf_counter() - began
+    flat = [item for part in done for item in part]
+    return Result(target.name, streams, 0, sum(t for t, _ in flat), seconds, [m for _, m in flat])
+
+
+# ---------------------------------------------------------------- report
+
+
+def summary(results: list[Result], name: str, streams: int) -> dict[str, float]:
+    mine = [r for r in results if r.target == name and r.streams == streams]
+    return {
+        "tokens_per_s": statistics.median(r.tokens_per_s for r in mine),
+        "ttft_p50_ms": statistics.median(r.ttft_p50_ms for r in mine),
+    }
+
+
+def report(results: list[Result], args: argparse.Namespace) -> int:
+    rows = [
+        "| streams | target | tokens/s | TTFT p50 ms | vs vLLM server |",
+        "|---|---|---:|---:|---|",
+    ]
+    failures: list[str] = []
+    table: dict[str, Any] = {}
+    for streams in (1, 8):
+        server = summary(results, SERVER, streams)
+        gateway = summary(results, GATEWAY, streams)
+        table[str(streams)] = {SERVER: server, GATEWAY: gateway}
+        ratio = gateway["tokens_per_s"] / server["tokens_per_s"]
+        ttft = gateway["ttft_p50_ms"] - server["ttft_p50_ms"]
+        rows.append(
+            f"| {streams} | vLLM server | {server['tokens_per_s']:,.0f} | "
+            f"{server['ttft_p50_ms']:.1f} | |"
+        )
+        rows.append(
+            f"| {streams} | gateway (in-process engine) | {gateway['tokens_per_s']:,.0f} | "
+            f"{gateway['ttft_p50_ms']:.1f} | {ratio:.2f}x tokens/s, TTFT {ttft:+.1f} ms |"
+        )
+        if ratio < 1.0:
+            failures.append(f"{streams} streams: tokens/s {ratio:.2f}x the server's (budget >= 1)")
+        if ttft > 0:
+            failures.append(f"{streams} streams: TTFT p50 {ttft:+.1f} ms over the server's")
+    print("\n".join(rows))
+    output = {
+        "rounds": args.rounds,
+        "max_tokens": args.max_tokens,
+        "results": table,
+        "runs": [asdict(r) for r in results],
+        "failures": failures,
+    }
+    args.output.write_text(json.dumps(output, indent=2) + "\n")
+    for failure in failures:
+        print(f"budget missed: {failure}", file=sys.stderr)
+    return 1 if failures and args.check else 0
+
+
+async def settle(idle: float = 0.8, window_s: float = 1.0, timeout_s: float = 90.0) -> None:
+    """Until the machine is mostly idle: a just-started engine keeps working for a while
+    (warm-up, collections), which would land on whichever target is measured first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = cpu_times()
+        await asyncio.sleep(window_s)
+        after = cpu_times()
+        total = sum(after) - sum(before)
+        if total > 0 and (after[3] - before[3]) / total >= idle:
+            return
+
+
+def cpu_times() -> list[int]:
+    """The machine's CPU times (user, nice, system, idle, ...) from /proc/stat."""
+    with open("/proc/stat") as stat:
+        return [int(v) for v in stat.readline().split()[1:]]
+
+
+async def measure(target: Target, rnd: int, args: argparse.Namespace) -> list[Result]:
+    await run_load(target, 8, 1, args.max_tokens)  # warm-up: first requests compile, allocate
+    await settle()
+    results = []
+    for streams, per_stream in ((1, args.requests), (8, max(1, args.requests // 4))):
+        result = await run_load(target, streams, per_stream, args.max_tokens)
+        result.round = rnd
+        results.append(result)
+    return results
+
+
+def bench(args: argparse.Namespace, tmp: Path) -> list[Result]:
+    results: list[Result] = []
+    for rnd in range(args.rounds):
+        for name in (SERVER, GATEWAY) if rnd % 2 == 0 else (GATEWAY, SERVER):
+            with serving(name, tmp) as target:
+                if args.hold:
+                    print(target.name, target.url, flush=True)
+                    time.sleep(3600)
+                results.extend(asyncio.run(measure(target, rnd, args)))
+    return results
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="each starts both targets anew")
+    parser.add_argument("--requests", type=int, default=12, help="requests per stream at 1")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--check", action="store_true", help="exit 1 when a budget fails")
+    parser.add_argument("--hold", action="store_true", help="print the URLs and keep serving")
+    parser.add_argument("--output", type=Path, default=BENCH_DIR / "engine_results.json")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from providers import tiny_model
+
+    tiny_model.build(MODEL_DIR)
+    try:
+        with tempfile.TemporaryDirectory(prefix="engine-bench-") as tmp:
+            results = bench(args, Path(tmp))
+    except BenchError as exc:
+        print(f"bench failed: {exc}", file=sys.stderr)
+        return 2
+    return report(results, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
