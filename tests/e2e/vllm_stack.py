@@ -37,7 +37,9 @@ providers:
   engine:
     type: vllm
     model: {model_dir}
-    engine_args: {{max_model_len: {window}, dtype: float32, enforce_eager: true, seed: 0}}
+    engine_args:
+      {{max_model_len: {window}, dtype: float32, enforce_eager: true, seed: 0,
+       kv_cache_memory_bytes: 268435456}}
 models:
   tiny: {{targets: [{{provider: server, model: tiny}}, {{provider: engine}}]}}
   tiny-trunc:
