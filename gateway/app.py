@@ -18,6 +18,7 @@ from starlette.routing import Route
 from gateway import routes
 from gateway.config import Config
 from gateway.http import Receive, Scope, Send
+from gateway.metrics import Metrics
 from gateway.routes import Endpoint
 from gateway.runtime import Runtime
 
@@ -32,6 +33,7 @@ EXACT = {
     "/v1/models": (routes.list_models, GET),
     "/livez": (routes.livez, GET),
     "/readyz": (routes.readyz, GET),
+    "/metrics": (routes.metrics, GET),
 }
 PATTERNS = {"/v1/models/{model_id:path}": (routes.get_model, GET)}
 
@@ -77,7 +79,7 @@ class GatewayApp:
 
 
 def create_app(config: Config) -> GatewayApp:
-    runtime = Runtime.build(config)
+    runtime = Runtime.build(config, Metrics(config.metrics.enabled))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from gateway.errors import ConfigError, InvalidRequest
+from gateway.ratelimit import BreakerConfig, KeyLimits, Limits, RateLimitConfig
 from gateway.schemas import FIELDS, RequestLimits
 from providers import registry
 from providers.base import Provider, Target
@@ -25,6 +26,8 @@ from providers.base import Provider, Target
 DEV_KEY = "sk-local-dev"
 STRATEGIES = ("single", "fallback", "loadbalance")
 POLICIES = ("reject", "drop")
+LIMIT_BACKENDS = ("memory", "redis")
+BACKEND_MODES = ("local", "open", "closed")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -42,6 +45,7 @@ class KeyConfig:
     sha256: bytes  # digest of the key; the plaintext is never kept
     models: tuple[str, ...]  # alias globs
     providers: tuple[str, ...]  # virtual keys this key may use
+    limits: KeyLimits = field(default_factory=lambda: KeyLimits(Limits(), ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,12 @@ class ModelConfig:
     strategy: str
     targets: tuple[Target, ...]
     weights: tuple[float, ...]
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    enabled: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +68,8 @@ class Config:
     keys: tuple[KeyConfig, ...]
     providers: Mapping[str, Provider]
     models: Mapping[str, ModelConfig]
+    rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     source: str = ""
 
     def has_dev_key(self) -> bool:
@@ -84,13 +96,15 @@ def parse(text: str, source: str = "<config>") -> Config:
         raise ConfigError(source, f"not valid YAML: {exc}") from None
     data = _substitute(raw if raw is not None else {}, "")
     top = _mapping(data, "")
-    _known(top, "", ("server", "auth", "providers", "models"))
+    _known(top, "", ("server", "auth", "providers", "models", "rate_limit", "metrics"))
     providers = _providers(_mapping(top.get("providers", {}), "providers"))
     return Config(
         server=_server(_mapping(top.get("server", {}), "server")),
         keys=_keys(_mapping(top.get("auth", {}), "auth"), providers),
         providers=providers,
         models=_models(_mapping(top.get("models", {}), "models"), providers),
+        rate_limit=_rate_limit(_mapping(top.get("rate_limit", {}), "rate_limit")),
+        metrics=_metrics(_mapping(top.get("metrics", {}), "metrics")),
         source=source,
     )
 
@@ -136,7 +150,9 @@ def _keys(auth: Mapping[str, Any], providers: Mapping[str, Provider]) -> tuple[K
     for i, entry in enumerate(_list(auth.get("keys", []), "auth.keys")):
         path = f"auth.keys[{i}]"
         k = _mapping(entry, path)
-        _known(k, path, ("id", "key", "key_sha256", "models", "providers"))
+        _known(
+            k, path, ("id", "key", "key_sha256", "models", "providers", "limits", "model_limits")
+        )
         allowed = tuple(_str(p, f"{path}.providers") for p in _list(k.get("providers", []), path))
         for j, name in enumerate(allowed):
             if name not in providers:
@@ -149,6 +165,7 @@ def _keys(auth: Mapping[str, Any], providers: Mapping[str, Provider]) -> tuple[K
                     _str(m, f"{path}.models") for m in _list(k.get("models", ["*"]), path)
                 ),
                 providers=allowed,
+                limits=_key_limits(k, path),
             )
         )
     _unique([k.id for k in out], "auth.keys", "id")
@@ -188,7 +205,9 @@ def _models(
 
 def _model(alias: str, m: Mapping[str, Any], providers: Mapping[str, Provider]) -> ModelConfig:
     path = f"models.{alias}"
-    _known(m, path, ("strategy", "targets", "timeout_s", "defaults", "unsupported_params"))
+    _known(
+        m, path, ("strategy", "targets", "timeout_s", "defaults", "unsupported_params", "limits")
+    )
     strategy = _one_of(m.get("strategy", "single"), f"{path}.strategy", STRATEGIES)
     policy = _one_of(m.get("unsupported_params", "reject"), f"{path}.unsupported_params", POLICIES)
     timeout = _number(m.get("timeout_s", 60), f"{path}.timeout_s")
@@ -207,7 +226,8 @@ def _model(alias: str, m: Mapping[str, Any], providers: Mapping[str, Provider]) 
         model = _str(t.get("model", alias), f"{tp}.model")
         targets.append(Target(alias, provider, model, timeout, policy, defaults))  # type: ignore[arg-type]
         weights.append(_number(t.get("weight", 1), f"{tp}.weight"))
-    return ModelConfig(alias, strategy, tuple(targets), tuple(weights))
+    limits = _limits(m.get("limits", {}), f"{path}.limits")
+    return ModelConfig(alias, strategy, tuple(targets), tuple(weights), limits)
 
 
 def _defaults(d: Mapping[str, Any], path: str) -> dict[str, Any]:
@@ -220,6 +240,72 @@ def _defaults(d: Mapping[str, Any], path: str) -> dict[str, Any]:
         except InvalidRequest as exc:
             raise ConfigError(f"{path}.{name}", exc.message) from None
     return dict(d)
+
+
+# ---------------------------------------------------------------- limits and metrics
+
+
+def _limits(v: Any, path: str) -> Limits:
+    m = _mapping(v, path)
+    _known(m, path, ("rpm", "tpm", "max_parallel"))
+    return Limits(**{k: _int(n, f"{path}.{k}", 1) for k, n in m.items()})
+
+
+def _key_limits(k: Mapping[str, Any], path: str) -> KeyLimits:
+    per_model = _mapping(k.get("model_limits", {}), f"{path}.model_limits")
+    return KeyLimits(
+        _limits(k.get("limits", {}), f"{path}.limits"),
+        tuple(
+            (str(glob), _limits(v, f"{path}.model_limits.{glob}")) for glob, v in per_model.items()
+        ),
+    )
+
+
+def _rate_limit(r: Mapping[str, Any]) -> RateLimitConfig:
+    path = "rate_limit"
+    fields = RateLimitConfig.__dataclass_fields__
+    _known(r, path, fields)
+    d = RateLimitConfig()
+    b = _mapping(r.get("breaker", {}), f"{path}.breaker")
+    _known(b, f"{path}.breaker", BreakerConfig.__dataclass_fields__)
+    return RateLimitConfig(
+        backend=_one_of(r.get("backend", d.backend), f"{path}.backend", LIMIT_BACKENDS),  # type: ignore[arg-type]
+        redis_url=_redis_url(r.get("redis_url", d.redis_url), f"{path}.redis_url"),
+        on_backend_error=_one_of(  # type: ignore[arg-type]
+            r.get("on_backend_error", d.on_backend_error), f"{path}.on_backend_error", BACKEND_MODES
+        ),
+        replicas=_int(r.get("replicas", d.replicas), f"{path}.replicas", 1),
+        key_prefix=_tag(r.get("key_prefix", d.key_prefix), f"{path}.key_prefix"),
+        timeout_ms=_int(r.get("timeout_ms", d.timeout_ms), f"{path}.timeout_ms", 1, 60_000),
+        pool_size=_int(r.get("pool_size", d.pool_size), f"{path}.pool_size", 1),
+        lease_s=_number(r.get("lease_s", d.lease_s), f"{path}.lease_s"),
+        breaker=BreakerConfig(
+            failures=_int(b.get("failures", 3), f"{path}.breaker.failures", 1),
+            cooldown_s=_number(b.get("cooldown_s", 5.0), f"{path}.breaker.cooldown_s"),
+        ),
+    )
+
+
+def _redis_url(v: Any, path: str) -> str:
+    url = _str(v, path)
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(path, "expected a redis://, rediss:// or unix:// URL")
+    return url
+
+
+def _tag(v: Any, path: str) -> str:
+    tag = _str(v, path)
+    if not re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", tag):
+        raise ConfigError(path, "expected 1-64 characters of letters, digits and ._:-")
+    return tag
+
+
+def _metrics(m: Mapping[str, Any]) -> MetricsConfig:
+    _known(m, "metrics", ("enabled",))
+    enabled = m.get("enabled", True)
+    if type(enabled) is not bool:
+        raise ConfigError("metrics.enabled", "expected true or false")
+    return MetricsConfig(enabled=enabled)
 
 
 # ---------------------------------------------------------------- scalar helpers

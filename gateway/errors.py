@@ -32,6 +32,7 @@ class GatewayError(Exception):
     status: int = 500
     type: str = "server_error"
     code: str | None = None
+    upstream_status: int | None = None  # the status an upstream answered, when it did
 
     def __init__(
         self,

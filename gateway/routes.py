@@ -4,6 +4,7 @@ and rendered in one place (`Endpoint`)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from gateway.http import (
     send_bytes,
     send_error,
 )
+from gateway.metrics import RequestRecord
 from gateway.runtime import Runtime
 from gateway.schemas import parse_completion
 
@@ -43,13 +45,18 @@ class Ctx:
     request_id: str
     started: bool = False  # response headers sent
     out_headers: RawHeaders = field(default_factory=list)
+    record: RequestRecord | None = None  # completions: observed once the response is over
 
     async def respond(self, status: int, body: bytes, headers: RawHeaders) -> None:
         self.started = True
+        if self.record is not None:
+            self.record.status = status
         await send_bytes(self.send, status, body, headers + self.out_headers)
 
     async def start_stream(self, headers: RawHeaders) -> None:
         self.started = True
+        if self.record is not None:
+            self.record.status = 200
         start = {
             "type": "http.response.start",
             "status": 200,
@@ -82,14 +89,31 @@ class Endpoint:
                 raise MethodNotAllowed(f"Method {scope['method']} is not allowed here.")
             await self.handler(ctx, scope)
         except ClientGone:
-            return
+            _failed(ctx, CLIENT_GONE, "ClientGone")
         except GatewayError as err:
+            _failed(ctx, err.status, type(err).__name__)
             if not ctx.started:
                 await send_error(send, err, ctx.out_headers)
         except Exception as exc:
             log.exception("request %s failed", ctx.request_id)
+            _failed(ctx, 500, "InternalError")
             if not ctx.started:
                 await send_error(send, internal(exc), ctx.out_headers)
+        finally:
+            if ctx.record is not None:
+                ctx.runtime.metrics.observe(ctx.record)
+
+
+CLIENT_GONE = 499  # nginx's "client closed request": the status the metrics give a disconnect
+
+
+def _failed(ctx: Ctx, status: int, error_type: str) -> None:
+    """The record's status is what the caller got: the error's, unless a stream had begun."""
+    rec = ctx.record
+    if rec is not None:
+        rec.error_type = error_type
+        if not ctx.started or status == CLIENT_GONE:
+            rec.status = status
 
 
 # ---------------------------------------------------------------- completions
@@ -97,6 +121,15 @@ class Endpoint:
 
 async def completions(ctx: Ctx, scope: Scope) -> None:
     rt = ctx.runtime
+    rec = ctx.record = RequestRecord(time.perf_counter())
+    rt.metrics.inflight_add(1)
+    try:
+        await _completion(ctx, scope, rt, rec)
+    finally:
+        rt.metrics.inflight_add(-1)
+
+
+async def _completion(ctx: Ctx, scope: Scope, rt: Runtime, rec: RequestRecord) -> None:
     principal = rt.auth.authenticate(ctx.headers)
     for name in UNSUPPORTED_HEADERS:
         if name in ctx.headers:
@@ -105,12 +138,24 @@ async def completions(ctx: Ctx, scope: Scope) -> None:
             )
     body = await read_body(ctx.headers, ctx.receive, rt.config.server.max_body_bytes)
     req = parse_completion(body, rt.config.server.limits)
+    rec.model, rec.stream = rt.model_label(req.model), req.stream
     plan = rt.router.plan(principal, req.model, ctx.headers.get("x-portkey-virtual-key"))
+    grant = await rt.limiter.admit(
+        principal.key_id, req.model, rec.model, lambda: serving.reservation(rt, req, plan)
+    )
+    ctx.out_headers = ctx.out_headers + grant.headers
     cid = "cmpl-" + scope["gateway.ids"].next()
-    if req.stream:
-        await serving.serve_stream(ctx, req, plan, cid)
-    else:
-        await serving.serve_json(ctx, req, plan, cid)
+    try:
+        if req.stream:
+            await serving.serve_stream(ctx, req, plan, cid)
+        else:
+            await serving.serve_json(ctx, req, plan, cid)
+    except GatewayError:
+        if not ctx.started:
+            grant.settle(0)  # refused or failed before any output: nothing was generated
+        raise
+    finally:
+        grant.settle(rec.total_tokens)  # None (unknown) keeps the reservation
 
 
 # ---------------------------------------------------------------- models
@@ -147,6 +192,14 @@ async def readyz(ctx: Ctx, scope: Scope) -> None:
         await ctx.respond(200, b'{"status":"ready"}', JSON_HEADERS)
     else:
         await ctx.respond(503, b'{"status":"starting"}', JSON_HEADERS)
+
+
+async def metrics(ctx: Ctx, scope: Scope) -> None:
+    m = ctx.runtime.metrics
+    if not m.enabled:
+        raise NotFound("Metrics are disabled (metrics.enabled: false).")
+    body, ctype = m.render()
+    await ctx.respond(200, body, [(b"content-type", ctype.encode())])
 
 
 async def not_found(ctx: Ctx, scope: Scope) -> None:

@@ -1,4 +1,5 @@
-"""Everything built from one config, held as one object so a reload can swap it atomically."""
+"""Everything built from one config, held as one object so a reload can swap it atomically.
+The metrics outlive a runtime: they are the app's, passed in."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass, field
 
 from gateway.auth import Authenticator
 from gateway.config import Config
+from gateway.metrics import Metrics
+from gateway.ratelimit import Limiter, RuleBook
 from gateway.routing import Router
 from providers.base import Provider
 
@@ -18,20 +21,37 @@ class Runtime:
     auth: Authenticator
     router: Router
     providers: dict[str, Provider]
+    limiter: Limiter
+    metrics: Metrics
     created: int = field(default_factory=lambda: int(time.time()))
     started: bool = False
 
     @classmethod
-    def build(cls, config: Config) -> Runtime:
-        return cls(config, Authenticator(config), Router(config), dict(config.providers))
+    def build(cls, config: Config, metrics: Metrics | None = None) -> Runtime:
+        metrics = metrics or Metrics(config.metrics.enabled)
+        book = RuleBook(
+            {k.id: k.limits for k in config.keys},
+            {alias: m.limits for alias, m in config.models.items() if m.limits.items()},
+        )
+        limiter = Limiter(config.rate_limit, book, metrics)
+        return cls(
+            config, Authenticator(config), Router(config), dict(config.providers), limiter, metrics
+        )
 
     async def start(self) -> None:
+        await self.limiter.start()
         await asyncio.gather(*(p.start() for p in self.providers.values()))
         self.started = True
 
     async def aclose(self) -> None:
         self.started = False
         await asyncio.gather(*(p.aclose() for p in self.providers.values()), return_exceptions=True)
+        await self.limiter.aclose()
 
     def ready(self) -> bool:
+        """Providers only: the rate limiter's Redis is not a reason to leave the Service."""
         return self.started and all(p.ready() for p in self.providers.values())
+
+    def model_label(self, model: str) -> str:
+        """The metrics label of a requested model: configured aliases only (bounded)."""
+        return model if model in self.config.models else "other"

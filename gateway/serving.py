@@ -6,14 +6,16 @@ completes or ends with an error event.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
 from gateway.http import JSON_HEADERS, SSE_HEADERS, RawHeaders, until_disconnect
+from gateway.metrics import RequestRecord
 from gateway.routing import Plan
 from gateway.schemas import CompletionRequest, apply_defaults
 from gateway.sse import Envelope, StreamResult, pump
@@ -21,6 +23,7 @@ from providers.base import Prepared
 
 if TYPE_CHECKING:
     from gateway.routes import Ctx
+    from gateway.runtime import Runtime
 
 DROPPED_HEADER = b"x-gateway-dropped-params"
 
@@ -37,16 +40,54 @@ def _headers(base: RawHeaders, prepared: Prepared) -> RawHeaders:
     return [*base, (DROPPED_HEADER, ",".join(prepared.dropped).encode())]
 
 
+def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> int:
+    """The tokens a request may use: its prompts (the serving provider's tokenizer where the
+    gateway has one, else 4 bytes a token) plus max_tokens for every generated choice."""
+    target = plan.targets[0]
+    max_tokens = req.max_tokens
+    if "max_tokens" not in req.fields:
+        max_tokens = target.defaults.get("max_tokens", max_tokens)
+    choices = req.n_prompts * max(req.n, req.best_of or 1)
+    return prompt_tokens(rt, req, target.provider) + max_tokens * choices
+
+
+def prompt_tokens(rt: Runtime, req: CompletionRequest, provider: str) -> int:
+    if req.prompt_is_tokens:
+        return sum(len(p) for p in req.prompts)
+    texts: list[str] = req.prompts  # type: ignore[assignment]
+    counted = rt.providers[provider].count_tokens(texts)
+    if counted is not None:
+        return sum(counted)
+    return sum(math.ceil(len(t.encode()) / 4) for t in texts)
+
+
+def _error_kind(err: GatewayError) -> str:
+    if isinstance(err, UpstreamTimeout):
+        return "timeout"
+    if isinstance(err, UpstreamUnreachable):
+        return "unreachable"
+    return str(err.upstream_status or err.status)
+
+
 async def serve_json(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -> None:
+    rec: RequestRecord = ctx.record  # type: ignore[assignment]
+    metrics = ctx.runtime.metrics
     for attempt, target in enumerate(plan.targets):
         prepared = _prepare(ctx, req, plan, attempt)
         provider = ctx.runtime.providers[target.provider]
+        rec.provider = target.provider
+        began = time.perf_counter()
         try:
             out = await until_disconnect(provider.complete(prepared), ctx.receive)
         except GatewayError as err:
+            metrics.attempt(target.provider, _error_kind(err))
             if plan.should_fall_back(err, attempt):
                 continue
             raise
+        finally:
+            rec.upstream_s += time.perf_counter() - began
+        metrics.attempt(target.provider, None)
+        rec.use(out.get("usage"))
         await ctx.respond(
             200, orjson.dumps(_document(out, req, cid)), _headers(JSON_HEADERS, prepared)
         )
@@ -68,22 +109,50 @@ def _document(out: dict[str, Any], req: CompletionRequest, cid: str) -> dict[str
 
 
 async def serve_stream(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -> None:
+    rec: RequestRecord = ctx.record  # type: ignore[assignment]
+    metrics = ctx.runtime.metrics
     for attempt, target in enumerate(plan.targets):
         prepared = _prepare(ctx, req, plan, attempt)
         batches = ctx.runtime.providers[target.provider].stream(prepared).__aiter__()
+        rec.provider = target.provider
+        began = time.perf_counter()
         try:
             first = await until_disconnect(_first(batches), ctx.receive)
         except GatewayError as err:
+            metrics.attempt(target.provider, _error_kind(err))
             if plan.should_fall_back(err, attempt):
                 continue
             raise
+        finally:
+            rec.upstream_s += time.perf_counter() - began
         await ctx.start_stream(_headers(SSE_HEADERS, prepared))
-        env = Envelope(cid, int(time.time()), req.model, req.include_usage)
-        result = StreamResult()
+        await _pump(ctx, req, cid, first, batches, rec)
+        metrics.attempt(target.provider, None)
+        return
+
+
+async def _pump(
+    ctx: Ctx,
+    req: CompletionRequest,
+    cid: str,
+    first: list[dict[str, Any]],
+    batches: AsyncIterator[list[dict[str, Any]]],
+    rec: RequestRecord,
+) -> None:
+    """Streams the rest; the time not spent writing is time spent waiting on the provider."""
+    env = Envelope(cid, int(time.time()), req.model, req.include_usage)
+    result = StreamResult()
+    began = time.perf_counter()
+    try:
         await until_disconnect(
             pump(ctx.send, first, batches, env, req.include_usage, result), ctx.receive
         )
-        return
+    finally:
+        rec.upstream_s += time.perf_counter() - began - result.write_s
+        rec.first_token = result.first_at
+        rec.use(result.usage)
+    if result.error is not None:
+        rec.error_type = type(result.error).__name__
 
 
 async def _first(batches: AsyncIterator[list[dict[str, Any]]]) -> list[dict[str, Any]]:

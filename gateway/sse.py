@@ -8,6 +8,7 @@ caller's disconnect is watched by `gateway.http.until_disconnect`, which cancels
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -55,11 +56,13 @@ class Envelope:
 class StreamResult:
     """What the stream delivered, for accounting once it is over."""
 
-    __slots__ = ("error", "usage")
+    __slots__ = ("error", "first_at", "usage", "write_s")
 
     def __init__(self) -> None:
         self.usage: dict[str, Any] | None = None
         self.error: GatewayError | None = None
+        self.first_at = 0.0  # perf_counter() when the first text went out
+        self.write_s = 0.0  # time spent rendering and writing (the gateway's own)
 
 
 async def pump(
@@ -95,6 +98,7 @@ async def pump(
 async def _write(
     send: Send, batch: list[dict[str, Any]], env: Envelope, result: StreamResult
 ) -> None:
+    began = time.perf_counter()
     events = []
     for item in batch:
         fingerprint = item.get("system_fingerprint")
@@ -108,6 +112,9 @@ async def _write(
             result.usage = usage
     if events:
         await _body(send, events[0] if len(events) == 1 else b"".join(events))
+        if not result.first_at:
+            result.first_at = time.perf_counter()
+    result.write_s += time.perf_counter() - began
 
 
 async def _body(send: Send, data: bytes) -> None:

@@ -16,7 +16,7 @@ counts it. The gateway then stamps `id`, `object`, `created` and `model` (the ca
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -62,6 +62,11 @@ class Provider(Protocol):
     async def aclose(self) -> None: ...
 
     def ready(self) -> bool: ...
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        """Each text's prompt tokens as this provider counts them, if it can tell without I/O
+        (the rate limiter's reservation); None: the gateway estimates."""
+        ...
 
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
         """Apply the dialect rules; raise InvalidRequest/UnsupportedParameter before any I/O."""

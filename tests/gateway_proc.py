@@ -39,7 +39,9 @@ class GatewayProcess(StopOnExit):
         env: Mapping[str, str] | None = None,
         log_level: str = "warning",
         timeout: float = READY_TIMEOUT_S,
+        workers: int = 1,
     ) -> None:
+        self.workers = workers
         self.config = workdir / "gateway.yaml"
         self.config.write_text(config_text)
         self._server = start_on_free_port(
@@ -67,6 +69,8 @@ class GatewayProcess(StopOnExit):
             str(port),
             "--log-level",
             log_level,
+            "--workers",
+            str(self.workers),
         ]
 
     def logs(self) -> str:

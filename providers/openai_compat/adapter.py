@@ -7,7 +7,7 @@ the answer (`complete` / `stream`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -87,6 +87,9 @@ class OpenAICompatProvider:
 
     def ready(self) -> bool:
         return self._client.ready()
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        return None  # the tokenizer is the upstream's
 
     # ------------------------------------------------------------ mapping
 

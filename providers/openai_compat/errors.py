@@ -166,6 +166,14 @@ def upstream_error(
     """One upstream error answer as a gateway error; `secret` (the api key) never leaks."""
     message = detail.message.replace(secret, "***") if secret else detail.message
     text = f"Upstream {label} returned {status}: {message or 'no error message'}"
+    err = _from_kind(status, detail, headers, text)
+    err.upstream_status = status
+    if isinstance(err, UpstreamError):
+        err.target = label
+    return err
+
+
+def _from_kind(status: int, detail: Detail, headers: Mapping[str, str], text: str) -> GatewayError:
     kind = KINDS.get(status, _SERVER)
     if kind.cls is InvalidRequest and is_context_length(detail):
         return ContextLengthExceeded(text, param="prompt")
@@ -177,8 +185,6 @@ def upstream_error(
     kw["code"] = (detail.code if kind.keep_type else None) or kind.code
     if kind.cls is RateLimited and detail.code == "insufficient_quota":
         kw["headers"].setdefault("x-should-retry", "false")  # out of credit is not transient
-    if issubclass(kind.cls, UpstreamError):
-        return kind.cls(text + kind.hint, target=label, **kw)
     return kind.cls(text + kind.hint, **kw)
 
 

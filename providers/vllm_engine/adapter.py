@@ -76,6 +76,12 @@ class VllmEngineProvider:
     def ready(self) -> bool:
         return self.engine.ready()
 
+    def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        if not self.engine.ready():
+            return None
+        tokenizer: Any = self.engine.llm.renderer.tokenizer
+        return [len(i) for i in tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+
     # ------------------------------------------------------------ mapping
 
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared:

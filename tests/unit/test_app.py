@@ -4,7 +4,7 @@ JSON and SSE rendering, fallback. (Real servers and the SDK are in tests/e2e.)""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 
 import httpx
@@ -33,6 +33,9 @@ class FakeProvider:
     async def start(self) -> None: ...
 
     async def aclose(self) -> None: ...
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        return None
 
     def ready(self) -> bool:
         return True

@@ -1,0 +1,219 @@
+"""Every metric, defined once, and the one observation per request.
+
+Names follow OpenTelemetry's GenAI conventions where one exists, `gateway_*` otherwise. Labels
+are bounded config values only: the model alias (virtual-key model ids are `other`), the
+provider name, the status code, stream, the limit's scope and kind. Never a key, a user or an id.
+
+With `gateway serve --workers N` (N > 1) the CLI sets PROMETHEUS_MULTIPROC_DIR, cleaned at
+start; each worker writes its values there and a scrape of any worker adds them all up.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+    multiprocess,
+)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+OPERATION = "text_completion"
+OTHER_MODEL = "other"
+
+# Seconds: a gateway adds hops, so the low end is coarser than an engine's.
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
+TPOT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2.5, 5)
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                    40.96, 81.92, 163.84, 327.68)  # fmt: skip
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                    0.25, 1)  # fmt: skip
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
+GENAI = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model")
+GENAI_SERVER = ("gen_ai_request_model", "gen_ai_provider_name")
+
+# attribute: (type, name, help, labels, options). Counters gain `_total` when exposed.
+METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] = {
+    "requests": (Counter, "gateway_requests",
+        "Completion requests answered, by final HTTP status (499: the caller left).",
+        ("model", "provider", "status", "stream"), {}),
+    "request_duration": (Histogram, "gateway_request_duration_seconds",
+        "Whole request time in the gateway.",
+        ("model", "stream"), {"buckets": DURATION_BUCKETS}),
+    "overhead": (Histogram, "gateway_overhead_seconds",
+        "Time in the gateway itself: the request's time minus the time waiting on providers.",
+        ("model", "stream"), {"buckets": OVERHEAD_BUCKETS}),
+    "operation": (Histogram, "gen_ai_client_operation_duration_seconds",
+        "Provider time of a request.",
+        (*GENAI, "error_type"), {"buckets": DURATION_BUCKETS}),
+    "token_usage": (Histogram, "gen_ai_client_token_usage",
+        "Tokens per request, by type (input, output).",
+        (*GENAI, "gen_ai_token_type"), {"buckets": TOKEN_BUCKETS}),
+    "tokens": (Counter, "gateway_tokens", "Tokens, by type (input, output).",
+        ("model", "provider", "type"), {}),
+    "ttft": (Histogram, "gen_ai_server_time_to_first_token_seconds",
+        "Streams: arrival to the first text sent to the caller.",
+        GENAI_SERVER, {"buckets": TTFT_BUCKETS}),
+    "tpot": (Histogram, "gen_ai_server_time_per_output_token_seconds",
+        "Streams: time per output token after the first.",
+        GENAI_SERVER, {"buckets": TPOT_BUCKETS}),
+    "attempts": (Counter, "gateway_upstream_attempts",
+        "Calls to providers, by outcome (ok, error).", ("provider", "outcome"), {}),
+    "upstream_errors": (Counter, "gateway_upstream_errors",
+        "Failed provider calls, by kind (the upstream's status, timeout or unreachable).",
+        ("provider", "kind"), {}),
+    "inflight": (Gauge, "gateway_inflight_requests", "Completion requests being served.",
+        (), {"multiprocess_mode": "livesum"}),
+    "decisions": (Counter, "gateway_ratelimit_decisions",
+        "Rate-limit decisions: allowed, rejected (429), unfit (400), open (backend down, "
+        "admitted unchecked), unavailable (backend down, 503).",
+        ("model", "result", "limit", "backend"), {}),
+    "backend_errors": (Counter, "gateway_ratelimit_backend_errors",
+        "Failed calls to the rate-limit backend (Redis), by on_backend_error mode.",
+        ("mode",), {}),
+    "backend_up": (Gauge, "gateway_ratelimit_backend_up",
+        "1 while the rate-limit backend is in use, 0 while its breaker is open.",
+        (), {"multiprocess_mode": "livemin"}),
+}  # fmt: skip
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What one completion request did, filled in along its path and observed once at its end."""
+
+    start: float  # perf_counter() at arrival
+    model: str = OTHER_MODEL  # the label: a configured alias, or `other`
+    stream: bool = False
+    provider: str = ""  # the provider that served it (last tried); "" if none was reached
+    status: int = 0
+    upstream_s: float = 0.0  # time spent waiting on providers
+    first_token: float = 0.0  # perf_counter() when the first text went out (streams)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error_type: str = ""  # the error's type, for gen_ai's error_type; "" on success
+
+    def use(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            self.prompt_tokens = usage.get("prompt_tokens")
+            self.completion_tokens = usage.get("completion_tokens")
+
+    @property
+    def total_tokens(self) -> int | None:
+        if self.prompt_tokens is None or self.completion_tokens is None:
+            return None
+        return self.prompt_tokens + self.completion_tokens
+
+
+class Metrics:
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.multiprocess_dir = os.environ.get(MULTIPROC_ENV) or None
+        self.registry = CollectorRegistry()
+        if self.multiprocess_dir is None:
+            ProcessCollector(registry=self.registry)
+        else:
+            _forget_dead_workers(Path(self.multiprocess_dir))
+        self._children: dict[Hashable, Any] = {}
+        self.m: dict[str, Any] = {
+            attr: cls(name, text, labels, registry=self.registry, **options)
+            for attr, (cls, name, text, labels, options) in METRICS.items()
+        }
+
+    def _child(self, metric: str, *labels: str) -> Any:
+        """labels() takes a lock and builds a key each time: cache the children."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.m[metric].labels(*labels)
+        return child
+
+    # ------------------------------------------------------------ observations
+
+    def observe(self, rec: RequestRecord, end: float | None = None) -> None:
+        if not self.enabled:
+            return
+        end = time.perf_counter() if end is None else end
+        stream = "true" if rec.stream else "false"
+        provider = rec.provider or "none"
+        self._child("requests", rec.model, provider, str(rec.status), stream).inc()
+        took = end - rec.start
+        self._child("request_duration", rec.model, stream).observe(took)
+        if not rec.provider:
+            return
+        self._child("overhead", rec.model, stream).observe(max(0.0, took - rec.upstream_s))
+        genai = (OPERATION, provider, rec.model)
+        self._child("operation", *genai, rec.error_type).observe(rec.upstream_s)
+        self._tokens(rec, genai)
+        if rec.first_token:
+            self._child("ttft", rec.model, provider).observe(rec.first_token - rec.start)
+            if rec.completion_tokens and rec.completion_tokens > 1:
+                per = (end - rec.first_token) / (rec.completion_tokens - 1)
+                self._child("tpot", rec.model, provider).observe(per)
+
+    def _tokens(self, rec: RequestRecord, genai: tuple[str, str, str]) -> None:
+        for kind, n in (("input", rec.prompt_tokens), ("output", rec.completion_tokens)):
+            if n is not None:
+                self._child("token_usage", *genai, kind).observe(n)
+                self._child("tokens", rec.model, genai[1], kind).inc(n)
+
+    def inflight_add(self, n: int) -> None:
+        if self.enabled:
+            self.m["inflight"].inc(n)
+
+    def attempt(self, provider: str, error_kind: str | None) -> None:
+        if not self.enabled:
+            return
+        self._child("attempts", provider, "ok" if error_kind is None else "error").inc()
+        if error_kind is not None:
+            self._child("upstream_errors", provider, error_kind).inc()
+
+    def ratelimit_decision(self, model: str, result: str, limit: str, backend: str) -> None:
+        if self.enabled:
+            self._child("decisions", model, result, limit, backend).inc()
+
+    def ratelimit_backend_error(self, mode: str) -> None:
+        if self.enabled:
+            self._child("backend_errors", mode).inc()
+
+    def ratelimit_backend_up(self, up: bool) -> None:
+        if self.enabled:
+            self.m["backend_up"].set(1 if up else 0)
+
+    # ------------------------------------------------------------ exposition
+
+    def render(self) -> tuple[bytes, str]:
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(merged), CONTENT_TYPE_LATEST
+
+
+def _forget_dead_workers(path: Path) -> None:
+    """Live gauges of workers that died (uvicorn restarts them; nothing else tells
+    prometheus_client) would be summed forever: drop them when a worker starts."""
+    for f in path.glob("gauge_live*_*.db"):
+        pid = f.stem.rsplit("_", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            multiprocess.mark_process_dead(int(pid), str(path))  # type: ignore[no-untyped-call]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

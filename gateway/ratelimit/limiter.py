@@ -1,0 +1,180 @@
+"""The limiter the request path talks to: resolves the rules of a request, asks the backend,
+and turns the verdict into headers, a 429, or a 400 for a request no limit could ever admit.
+
+When the Redis backend fails, `on_backend_error` decides: `local` (this process enforces every
+limit divided by `replicas`), `open` (admit, unlimited) or `closed` (503). A breaker keeps a
+dead Redis from costing every request a timeout; Redis is not part of readiness.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.errors import InvalidRequest, RateLimited, ServiceUnavailable
+from gateway.ratelimit.breaker import Breaker
+from gateway.ratelimit.headers import ratelimit_headers, refusal_message, retry_headers
+from gateway.ratelimit.memory import MemoryBackend
+from gateway.ratelimit.redis_backend import BackendDown, RedisBackend
+from gateway.ratelimit.rules import Ask, RateLimitConfig, Rule, RuleBook, Verdict
+
+log = logging.getLogger("gateway.ratelimit")
+RawHeaders = list[tuple[bytes, bytes]]
+
+
+class Observer(Protocol):
+    """Where decisions are counted (gateway.metrics)."""
+
+    def ratelimit_decision(self, model: str, result: str, limit: str, backend: str) -> None: ...
+
+    def ratelimit_backend_error(self, mode: str) -> None: ...
+
+    def ratelimit_backend_up(self, up: bool) -> None: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    async def admit(self, ask: Ask) -> Verdict: ...
+
+    def settle(self, ask: Ask, delta_tokens: int) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Grant:
+    """An admitted request's hold on its limits, given back by `settle` when it ends."""
+
+    backend: Backend | None
+    ask: Ask | None
+    headers: RawHeaders
+
+    def settle(self, total_tokens: int | None) -> None:
+        """`total_tokens`: what the request used (None: unknown, the reservation stands)."""
+        if self.backend is None or self.ask is None:
+            return
+        delta = 0 if total_tokens is None else total_tokens - self.ask.tokens
+        backend, self.backend = self.backend, None
+        backend.settle(self.ask, delta)
+
+
+def no_grant() -> Grant:
+    return Grant(None, None, [])
+
+
+class Limiter:
+    def __init__(self, cfg: RateLimitConfig, book: RuleBook, observer: Observer) -> None:
+        self._cfg = cfg
+        self._book = book
+        self._observer = observer
+        self._memory = MemoryBackend() if cfg.backend == "memory" else None
+        self._redis = RedisBackend(cfg) if cfg.backend == "redis" else None
+        self._local = MemoryBackend("local", divisor=cfg.replicas)
+        self._breaker = Breaker(cfg.breaker.failures, cfg.breaker.cooldown_s)
+        self._leases: Iterator[str] = (f"{secrets.token_hex(6)}-{i:x}" for i in itertools.count(1))
+
+    async def start(self) -> None:
+        if self._redis is not None:
+            await self._redis.start()
+            self._observer.ratelimit_backend_up(True)
+
+    async def aclose(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    async def admit(self, key_id: str, model: str, label: str, cost: Callable[[], int]) -> Grant:
+        rules = self._book.rules(key_id, model)
+        if not rules:
+            return no_grant()
+        tokens = cost() if any(r.kind == "tokens" for r in rules) else 0
+        self._check_fits(rules, tokens, model, label)
+        ask = Ask(rules, tokens, next(self._leases))
+        backend, verdict = await self._decide(ask, model, label)
+        if backend is None or verdict is None:
+            self._observer.ratelimit_decision(label, "open", "none", "none")
+            return no_grant()
+        if not verdict.admitted:
+            raise self._refusal(verdict, tokens, label, backend.name)
+        self._observer.ratelimit_decision(label, "allowed", "none", backend.name)
+        return Grant(backend, ask, ratelimit_headers(verdict.states))
+
+    async def _decide(
+        self, ask: Ask, model: str, label: str
+    ) -> tuple[Backend | None, Verdict | None]:
+        if self._memory is not None:
+            return self._memory, self._memory.decide(ask)
+        assert self._redis is not None
+        if self._breaker.allow():
+            try:
+                verdict = await self._redis.admit(ask)
+            except BackendDown as exc:
+                self._failed(exc)
+            else:
+                self._recovered()
+                return self._redis, verdict
+        return self._degraded(ask, label)
+
+    def _failed(self, exc: BackendDown) -> None:
+        was = self._breaker.state
+        self._breaker.failure()
+        self._observer.ratelimit_backend_error(self._cfg.on_backend_error)
+        if self._breaker.state != was and self._breaker.state == "open":
+            self._observer.ratelimit_backend_up(False)
+            log.warning(
+                "rate-limit backend unavailable (%s): on_backend_error=%s for the next %.0f s",
+                exc,
+                self._cfg.on_backend_error,
+                self._cfg.breaker.cooldown_s,
+            )
+
+    def _recovered(self) -> None:
+        if self._breaker.state != "closed":
+            log.warning("rate-limit backend is back: limits are shared again")
+            self._observer.ratelimit_backend_up(True)
+        self._breaker.success()
+
+    def _degraded(self, ask: Ask, label: str) -> tuple[Backend | None, Verdict | None]:
+        mode = self._cfg.on_backend_error
+        if mode == "local":
+            return self._local, self._local.decide(ask)
+        if mode == "open":
+            return None, None
+        self._observer.ratelimit_decision(label, "unavailable", "none", "none")
+        raise ServiceUnavailable(
+            "The rate limiter's backend is unavailable, and this gateway admits no requests "
+            "without it. Please try again shortly.",
+            headers=retry_headers(max(1.0, self._breaker.retry_in())),
+        )
+
+    def _refusal(self, verdict: Verdict, tokens: int, label: str, backend: str) -> RateLimited:
+        state = max((s for s in verdict.states if s.retry_s > 0), key=lambda s: s.retry_s)
+        rule = state.rule
+        self._observer.ratelimit_decision(label, "rejected", f"{rule.scope}_{rule.kind}", backend)
+        headers = retry_headers(state.retry_s)
+        headers.update((k.decode(), v.decode()) for k, v in ratelimit_headers(verdict.states))
+        return RateLimited(
+            refusal_message(state, tokens),
+            type="tokens" if rule.kind == "tokens" else "requests",
+            headers=headers,
+        )
+
+    def _check_fits(self, rules: tuple[Rule, ...], tokens: int, model: str, label: str) -> None:
+        """A reservation above a token limit would be refused forever: say so once, as a 400
+        the openai SDK does not retry."""
+        for rule in rules:
+            if rule.kind == "tokens" and tokens > rule.limit:
+                self._observer.ratelimit_decision(label, "unfit", f"{rule.scope}_tokens", "none")
+                raise InvalidRequest(
+                    f"This request reserves {tokens} tokens (its prompt, plus max_tokens for "
+                    f"each choice), more than the limit of {rule.limit} tokens per minute (TPM) "
+                    f"for {rule.subject}: it can never be admitted. Lower max_tokens, n or "
+                    "best_of, or shorten the prompt.",
+                    param="max_tokens",
+                    code="rate_limit_unfit",
+                    headers={"x-should-retry": "false"},
+                )
