@@ -76,10 +76,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check gateway providers tests bench
 	$(BIN)/mypy gateway providers
 
-# The gateway vs direct on a mock upstream, then the in-process engine vs vLLM's own server.
+# The gateway vs direct on a mock upstream, the rate limiters' cost (none, memory, redis), then
+# the in-process engine vs vLLM's own server.
 bench: install
 	@./scripts/debs.sh $(BENCH_DEBS)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/limiter.py
 	$(BIN)/python bench/engine.py
 
 clean:

@@ -31,13 +31,14 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 LUA_SCRIPT = BENCH_DIR / "post.lua"
@@ -525,9 +526,16 @@ def report(runs: list[Run], args: argparse.Namespace) -> int:
         "comparisons": compared,
         "budgets": checks,
     }
+    return finish(args, results, checks, failed=bool(failed_runs))
+
+
+def finish(
+    args: argparse.Namespace, results: dict[str, Any], checks: list[dict[str, Any]], failed: bool
+) -> int:
+    """Writes the results; the exit code: 2 a run failed, 1 a budget failed (with --check)."""
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {args.output}")
-    if failed_runs:
+    if failed:
         return 2
     return 1 if args.check and not all(check["ok"] for check in checks) else 0
 
@@ -553,23 +561,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def measured(prefix: str, work: Callable[[Path], T]) -> T | int:
+    """Runs `work` in a fresh temporary directory, with wrk present and signals handled;
+    an int is the exit code of a bench that could not measure."""
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install -y wrk", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, raise_on_sigterm)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in background
     try:
-        with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
-            runs = bench(args, Path(tmp))
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            return work(Path(tmp))
     except BenchError as exc:
         print(f"bench failed: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    return report(runs, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    runs = measured("gateway-bench-", lambda tmp: bench(args, tmp))
+    return runs if isinstance(runs, int) else report(runs, args)
 
 
 if __name__ == "__main__":

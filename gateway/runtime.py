@@ -31,7 +31,7 @@ class Runtime:
         metrics = metrics or Metrics(config.metrics.enabled)
         book = RuleBook(
             {k.id: k.limits for k in config.keys},
-            {alias: m.limits for alias, m in config.models.items() if m.limits.items()},
+            {alias: m.limits for alias, m in config.models.items()},
         )
         limiter = Limiter(config.rate_limit, book, metrics)
         return cls(

@@ -2,92 +2,145 @@
 -- The same GCRA arithmetic as gateway/ratelimit/memory.py, on the Redis server's clock.
 --
 -- KEYS: every bucket the call touches (all share one hash tag, so one slot on a Cluster).
--- ARGV[1]: JSON {a: admissions, s: settlements, l: lease refreshes, x: lease seconds}
---   admission  {r: [[key index, kind, limit], ...], c: tokens, m: lease member}
---   settlement {r: [[key index, kind, limit], ...], d: token delta, m: lease member}
---   refresh    [key index, lease member]
---   kind: "r" requests, "t" tokens (GCRA buckets: a string TAT), "p" parallel (a sorted set
---   of lease members scored by expiry)
--- Returns JSON: per admission [admitted 0|1, [[remaining, reset s, retry s], ...per rule]].
--- An admission writes only if every one of its rules admits it.
+-- ARGV, flat:
+--   lease seconds,
+--   R rule sets:    R, then per set: n, then n x (key index, kind, limit)
+--   S settlements:  S, then per one: rule set, lease member, token delta
+--   F refreshes:    F, then per one: key index, lease member
+--   A admissions:   A, then per one: rule set, lease member, tokens
+-- kind: r requests, t tokens (a GCRA bucket: a string TAT), p parallel (a sorted set of lease
+-- members scored by expiry).
+-- Returns, flat, per admission: admitted (0|1), then per rule: remaining, reset ms, retry ms.
+-- An admission writes only if every one of its rules admits it. Each bucket is read once and
+-- written once per call, however many requests of the batch it serves.
 
 local WINDOW = 60
 local EPS = 1e-9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local spec = cjson.decode(ARGV[1])
-local lease = tonumber(spec.x)
 
-local function store(key, tat)
-  local ttl = math.ceil((tat - now) * 1000) + 1000
-  redis.call('SET', key, string.format('%.6f', tat), 'PX', ttl)
+local pos = 1
+local function arg()
+  local v = ARGV[pos]
+  pos = pos + 1
+  return v
+end
+local lease = tonumber(arg())
+
+local sets = {}
+for s = 1, tonumber(arg()) do
+  local rules = {}
+  for r = 1, tonumber(arg()) do
+    rules[r] = {KEYS[tonumber(arg())], arg(), tonumber(arg())}
+  end
+  sets[s] = rules
 end
 
-local function hold(key, member)
-  redis.call('ZADD', key, now + lease, member)
-  redis.call('PEXPIRE', key, math.ceil(lease * 2000))
+local tats, dirty, used, removed, added = {}, {}, {}, {}, {}
+local function tat_of(key)
+  local v = tats[key]
+  if v == nil then
+    v = tonumber(redis.call('GET', key)) or now
+    tats[key] = v
+  end
+  return v
+end
+local function used_of(key)
+  local n = used[key]
+  if n == nil then
+    if removed[key] then redis.call('ZREM', key, unpack(removed[key])) end
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+    n = redis.call('ZCARD', key)
+    used[key] = n
+  end
+  return n
 end
 
 -- Settlements first: what they give back counts for the admissions of this same call.
-for _, s in ipairs(spec.s) do
-  for _, r in ipairs(s.r) do
-    local key = KEYS[r[1]]
-    if r[2] == 'p' then
-      redis.call('ZREM', key, s.m)
-    elseif r[2] == 't' and s.d ~= 0 then
-      local tat = tonumber(redis.call('GET', key)) or now
-      local base = tat
-      if s.d > 0 and base < now then base = now end
-      store(key, math.max(now, base + s.d * WINDOW / r[3]))
+for _ = 1, tonumber(arg()) do
+  local rules, member, delta = sets[tonumber(arg())], arg(), tonumber(arg())
+  for _, r in ipairs(rules) do
+    local key, kind, limit = r[1], r[2], r[3]
+    if kind == 'p' then
+      removed[key] = removed[key] or {}
+      table.insert(removed[key], member)
+    elseif kind == 't' and delta ~= 0 then
+      local base = tat_of(key)
+      if delta > 0 and base < now then base = now end
+      tats[key] = math.max(now, base + delta * WINDOW / limit)
+      dirty[key] = true
     end
   end
 end
+for key, members in pairs(removed) do
+  if used[key] == nil then used_of(key) end
+end
 
-for _, f in ipairs(spec.l) do
-  redis.call('ZADD', KEYS[f[1]], 'XX', now + lease, f[2])
-  redis.call('PEXPIRE', KEYS[f[1]], math.ceil(lease * 2000))
+for _ = 1, tonumber(arg()) do
+  local key, member = KEYS[tonumber(arg())], arg()
+  redis.call('ZADD', key, 'XX', now + lease, member)
+  redis.call('PEXPIRE', key, math.ceil(lease * 2000))
 end
 
 local out = {}
-for i, a in ipairs(spec.a) do
+for _ = 1, tonumber(arg()) do
+  local rules, member, tokens = sets[tonumber(arg())], arg(), tonumber(arg())
   local admitted = 1
-  local states = {}
-  local writes = {}
-  for j, r in ipairs(a.r) do
-    local key, kind, limit = KEYS[r[1]], r[2], r[3]
+  local news = {}
+  local first = #out + 2
+  out[#out + 1] = 1
+  for i, r in ipairs(rules) do
+    local key, kind, limit = r[1], r[2], r[3]
+    local remaining, reset, retry
     if kind == 'p' then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-      local used = redis.call('ZCARD', key)
-      if used >= limit then
-        admitted = 0
-        states[j] = {0, 0, 1}
+      local n = used_of(key)
+      if n >= limit then
+        remaining, reset, retry = 0, 0, 1
       else
-        states[j] = {limit - used - 1, 0, 0}
-        writes[#writes + 1] = {key, false}
+        remaining, reset, retry = limit - n - 1, 0, 0
       end
     else
       local cost = 1
-      if kind == 't' then cost = a.c end
+      if kind == 't' then cost = tokens end
       local interval = WINDOW / limit
-      local tat = tonumber(redis.call('GET', key)) or now
-      local base = math.max(tat, now)
+      local base = math.max(tat_of(key), now)
       local new = base + cost * interval
       local allow_at = new - WINDOW
       if allow_at > now + EPS then
-        admitted = 0
-        states[j] = {math.floor((now + WINDOW - base) / interval + EPS), base - now, allow_at - now}
+        remaining, reset, retry = math.floor((now + WINDOW - base) / interval + EPS), base - now, allow_at - now
       else
-        states[j] = {math.floor((now + WINDOW - new) / interval + EPS), new - now, 0}
-        writes[#writes + 1] = {key, new}
+        remaining, reset, retry = math.floor((now + WINDOW - new) / interval + EPS), new - now, 0
+        news[i] = new
+      end
+    end
+    if retry > 0 then admitted = 0 end
+    out[#out + 1] = remaining
+    out[#out + 1] = math.ceil(reset * 1000)
+    out[#out + 1] = math.ceil(retry * 1000)
+  end
+  out[first - 1] = admitted
+  if admitted == 1 then
+    for i, r in ipairs(rules) do
+      local key = r[1]
+      if r[2] == 'p' then
+        used[key] = used[key] + 1
+        added[key] = added[key] or {}
+        table.insert(added[key], now + lease)
+        table.insert(added[key], member)
+      else
+        tats[key] = news[i]
+        dirty[key] = true
       end
     end
   end
-  if admitted == 1 then
-    for _, w in ipairs(writes) do
-      if w[2] then store(w[1], w[2]) else hold(w[1], a.m) end
-    end
-  end
-  out[i] = {admitted, states}
 end
-if #out == 0 then return '[]' end
-return cjson.encode(out)
+
+for key in pairs(dirty) do
+  local tat = tats[key]
+  redis.call('SET', key, string.format('%.6f', tat), 'PX', math.ceil((tat - now) * 1000) + 1000)
+end
+for key, args in pairs(added) do
+  redis.call('ZADD', key, unpack(args))
+  redis.call('PEXPIRE', key, math.ceil(lease * 2000))
+end
+return out

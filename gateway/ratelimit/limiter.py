@@ -76,7 +76,8 @@ class Limiter:
         self._redis = RedisBackend(cfg) if cfg.backend == "redis" else None
         self._local = MemoryBackend("local", divisor=cfg.replicas)
         self._breaker = Breaker(cfg.breaker.failures, cfg.breaker.cooldown_s)
-        self._leases: Iterator[str] = (f"{secrets.token_hex(6)}-{i:x}" for i in itertools.count(1))
+        self._lease_prefix = secrets.token_hex(6) + "-"  # unique per process: leases are shared
+        self._lease_count: Iterator[int] = itertools.count(1)
 
     async def start(self) -> None:
         if self._redis is not None:
@@ -93,7 +94,7 @@ class Limiter:
             return no_grant()
         tokens = cost() if any(r.kind == "tokens" for r in rules) else 0
         self._check_fits(rules, tokens, model, label)
-        ask = Ask(rules, tokens, next(self._leases))
+        ask = Ask(rules, tokens, f"{self._lease_prefix}{next(self._lease_count):x}")
         backend, verdict = await self._decide(ask, model, label)
         if backend is None or verdict is None:
             self._observer.ratelimit_decision(label, "open", "none", "none")

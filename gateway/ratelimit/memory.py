@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gateway.ratelimit.rules import WINDOW_S, Ask, Rule, State, Verdict
 
@@ -19,8 +19,7 @@ _EPS = 1e-9
 SWEEP_EVERY = 4096  # decisions between sweeps of buckets that are full again
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(NamedTuple):
     """One GCRA decision."""
 
     admitted: bool
@@ -67,20 +66,24 @@ class MemoryBackend:
 
     def decide(self, ask: Ask) -> Verdict:
         now = self._clock()
+        tats = self._tat
         states: list[State] = []
         writes: list[tuple[str, float]] = []
+        admitted = True
         for rule in ask.rules:
-            rule = rule.scaled(self._divisor)
+            if self._divisor != 1:
+                rule = rule.scaled(self._divisor)
             if rule.kind == "parallel":
-                states.append(self._parallel(rule))
-                continue
-            cost = ask.tokens if rule.kind == "tokens" else 1
-            step = gcra(self._tat.get(rule.bucket, now), now, rule.limit, cost)
-            states.append(State(rule, step.remaining, step.reset_s, step.retry_s))
-            writes.append((rule.bucket, step.tat))
-        admitted = all(s.retry_s == 0.0 for s in states)
+                state = self._parallel(rule)
+            else:
+                cost = ask.tokens if rule.kind == "tokens" else 1
+                step = gcra(tats.get(rule.bucket, now), now, rule.limit, cost)
+                state = State(rule, step.remaining, step.reset_s, step.retry_s)
+                writes.append((rule.bucket, step.tat))
+            admitted = admitted and state.retry_s == 0.0
+            states.append(state)
         if admitted:
-            self._tat.update(writes)
+            tats.update(writes)
             for s in states:
                 if s.rule.kind == "parallel":
                     self._slots[s.rule.bucket] = self._slots.get(s.rule.bucket, 0) + 1

@@ -15,7 +15,6 @@ import logging
 from importlib import resources
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -25,6 +24,7 @@ from gateway.ratelimit.rules import Ask, RateLimitConfig, Rule, State, Verdict
 log = logging.getLogger("gateway.ratelimit")
 KIND_CODE = {"requests": "r", "tokens": "t", "parallel": "p"}
 MAX_BATCH = 256  # admissions per call: bounds the script's time on the server
+MAX_IN_FLIGHT = 2  # calls out at once: one can fill while the other is answered
 
 
 class BackendDown(Exception):
@@ -54,7 +54,7 @@ class RedisBackend:
         self._settles: list[tuple[Ask, int]] = []
         self._leases: dict[str, tuple[Rule, ...]] = {}  # held parallel slots, refreshed
         self._refresh_due = False
-        self._drainer: asyncio.Task[None] | None = None
+        self._drainers: set[asyncio.Task[None]] = set()
         self._refresher: asyncio.Task[None] | None = None
         self.lost_settlements = 0  # settlements a failed call could not apply
 
@@ -75,14 +75,18 @@ class RedisBackend:
         self._kick()
 
     def _kick(self) -> None:
-        if self._drainer is None or self._drainer.done():
-            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+        """A call goes out now if fewer than MAX_IN_FLIGHT are out; otherwise the work waits
+        for the next one, with whatever else arrives meanwhile."""
+        if len(self._drainers) < MAX_IN_FLIGHT:
+            task = asyncio.get_running_loop().create_task(self._drain())
+            self._drainers.add(task)
+            task.add_done_callback(self._drainers.discard)
 
     async def _drain(self) -> None:
         while self._admits or self._settles or self._refresh_due:
             admits, self._admits = self._admits[:MAX_BATCH], self._admits[MAX_BATCH:]
             admits = [(a, f) for a, f in admits if not f.done()]  # callers that left
-            settles, self._settles = self._settles, []
+            settles, self._settles = self._settles[:MAX_BATCH], self._settles[MAX_BATCH:]
             refresh = self._refresh_due
             self._refresh_due = False
             try:
@@ -93,6 +97,7 @@ class RedisBackend:
                 for _, fut in admits:
                     if not fut.done():
                         fut.set_exception(down)
+                await self._drop_connections()
                 continue
             for (ask, fut), verdict in zip(admits, verdicts, strict=True):
                 if verdict.admitted and _has(ask, "parallel"):
@@ -105,37 +110,34 @@ class RedisBackend:
     async def _call(
         self, admits: list[tuple[Ask, Any]], settles: list[tuple[Ask, int]], refresh: bool
     ) -> list[Verdict]:
-        keys: dict[str, int] = {}
-
-        def refs(rules: tuple[Rule, ...]) -> list[list[Any]]:
-            return [
-                [
-                    keys.setdefault(self._prefix + r.bucket, len(keys) + 1),
-                    KIND_CODE[r.kind],
-                    r.limit,
-                ]
-                for r in rules
-            ]
-
-        spec = {
-            "a": [{"r": refs(a.rules), "c": a.tokens, "m": a.lease} for a, _ in admits],
-            "s": [{"r": refs(s.rules), "d": d, "m": s.lease} for s, d in settles],
-            "l": self._refreshes(keys) if refresh else [],
-            "x": self._lease_s,
-        }
+        call = _Call(self._prefix)
+        settle_args = [x for s, d in settles for x in (call.ruleset(s.rules), s.lease, d)]
+        admit_args = [x for a, _ in admits for x in (call.ruleset(a.rules), a.lease, a.tokens)]
+        refresh_args = self._refreshes(call) if refresh else []
+        argv = [
+            self._lease_s,
+            len(call.sets), *call.set_args,
+            len(settles), *settle_args,
+            len(refresh_args) // 2, *refresh_args,
+            len(admits), *admit_args,
+        ]  # fmt: skip
         async with asyncio.timeout(self._timeout):
-            raw = await self._script(keys=list(keys), args=[orjson.dumps(spec)])
-        answers = orjson.loads(raw)
-        return [_verdict(ask, a) for (ask, _), a in zip(admits, answers, strict=True)]
+            flat = await self._script(keys=list(call.keys), args=argv)
+        return _verdicts([a for a, _ in admits], flat)
 
-    def _refreshes(self, keys: dict[str, int]) -> list[list[Any]]:
-        out = []
+    def _refreshes(self, call: _Call) -> list[Any]:
+        out: list[Any] = []
         for member, rules in self._leases.items():
             for r in rules:
                 if r.kind == "parallel":
-                    index = keys.setdefault(self._prefix + r.bucket, len(keys) + 1)
-                    out.append([index, member])
+                    out += (call.key(r.bucket), member)
         return out
+
+    async def _drop_connections(self) -> None:
+        """After a failure the pooled connections may all be dead (a restarted Redis): drop
+        them, so that the next call, the breaker's probe, opens a fresh one."""
+        with contextlib.suppress(Exception):
+            await self._client.connection_pool.disconnect()
 
     async def _refresh_loop(self) -> None:
         """Held slots are leases: refreshed while their requests run, gone if we vanish."""
@@ -150,7 +152,7 @@ class RedisBackend:
             await self._client.ping()
 
     async def aclose(self) -> None:
-        for task in (self._refresher, self._drainer):
+        for task in (self._refresher, *self._drainers):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -163,12 +165,41 @@ def _has(ask: Ask, kind: str) -> bool:
     return any(r.kind == kind for r in ask.rules)
 
 
-def _verdict(ask: Ask, answer: list[Any]) -> Verdict:
-    admitted, states = answer
-    return Verdict(
-        bool(admitted),
-        tuple(
-            State(rule, int(s[0]), float(s[1]), float(s[2]))
-            for rule, s in zip(ask.rules, states, strict=True)
-        ),
-    )
+class _Call:
+    """One script call's KEYS and rule sets, each numbered once (1-based, as Lua counts)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.keys: dict[str, int] = {}
+        self.sets: dict[int, int] = {}  # id(rules) → index: a key's rules are one cached tuple
+        self.set_args: list[Any] = []
+
+    def key(self, bucket: str) -> int:
+        name = self.prefix + bucket
+        index = self.keys.get(name)
+        if index is None:
+            index = self.keys[name] = len(self.keys) + 1
+        return index
+
+    def ruleset(self, rules: tuple[Rule, ...]) -> int:
+        index = self.sets.get(id(rules))
+        if index is None:
+            index = self.sets[id(rules)] = len(self.sets) + 1
+            self.set_args.append(len(rules))
+            for r in rules:
+                self.set_args += (self.key(r.bucket), KIND_CODE[r.kind], r.limit)
+        return index
+
+
+def _verdicts(asks: list[Ask], flat: list[Any]) -> list[Verdict]:
+    out, i = [], 0
+    for ask in asks:
+        admitted = bool(flat[i])
+        states = []
+        for rule in ask.rules:
+            remaining, reset_ms, retry_ms = flat[i + 1 : i + 4]
+            states.append(State(rule, int(remaining), reset_ms / 1000, retry_ms / 1000))
+            i += 3
+        out.append(Verdict(admitted, tuple(states)))
+        i += 1
+    return out

@@ -84,7 +84,9 @@ class KeyLimits:
 
 class RuleBook:
     """Resolves (key id, model) to its rules once and remembers the answer for configured
-    aliases (a bounded set); virtual-key model ids are resolved per request."""
+    aliases (a bounded set); virtual-key model ids are resolved per request.
+
+    `models` holds every configured alias (Limits() for one without limits of its own)."""
 
     def __init__(self, keys: Mapping[str, KeyLimits], models: Mapping[str, Limits]) -> None:
         self._keys = keys
@@ -131,7 +133,7 @@ def _bucket_name(model: str) -> str:
     return "h-" + hashlib.sha256(model.encode()).hexdigest()[:24]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, and frozen ones build slowly
 class Ask:
     """One admission: every rule that applies, the tokens to reserve, and the lease that holds
     the request's parallel slots."""
@@ -141,7 +143,7 @@ class Ask:
     lease: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, and frozen ones build slowly
 class State:
     """A rule's state after a decision (if refused: as it stands, nothing was taken)."""
 
@@ -151,7 +153,7 @@ class State:
     retry_s: float  # > 0: this rule refused, and could admit the request after this long
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, and frozen ones build slowly
 class Verdict:
     admitted: bool
     states: tuple[State, ...]

@@ -9,6 +9,7 @@ import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ from openai import OpenAI
 from tests.e2e.metrics_text import scrape
 from tests.gateway_proc import GatewayProcess
 from tests.redis_proc import RedisServer
-from tests.upstreams.procs import OPENAI_TEST_KEY, ScriptedUpstream, start_scripted
+from tests.upstreams.procs import OPENAI_TEST_KEY, ScriptedUpstream, free_port, start_scripted
 
 REPLICAS = 4
 KEYS = {
@@ -179,6 +180,7 @@ def test_redis_down_then_back(cluster: Cluster) -> None:
         # on_backend_error: local → this gateway alone admits 8 / 4 replicas
         answers = [httpx.post(f"{gw}/v1/completions", json=body(), headers=headers)
                    for _ in range(4)]  # fmt: skip
+        assert httpx.get(f"{gw}/readyz").status_code == 200  # Redis is not readiness
     finally:
         cluster.redis.start()  # empty, on the same port
     assert [r.status_code for r in answers] == [200, 200, 429, 429]
@@ -201,3 +203,29 @@ def test_redis_down_then_back(cluster: Cluster) -> None:
     assert scrape(gw).value("gateway_ratelimit_backend_up") == 1
     answers = asyncio.run(burst(cluster.urls(), "after", 4 * 12))
     assert sorted(r.status_code for r in answers) == [200] * 12 + [429] * 36
+
+
+@pytest.mark.parametrize(("mode", "status"), [("closed", 503), ("open", 200)])
+def test_a_gateway_starts_and_answers_without_redis(
+    cluster: Cluster, tmp_path: Path, mode: str, status: int
+) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    text = config(cluster.upstream.url, dead).replace(
+        "  replicas: 4", f"  replicas: 4\n  on_backend_error: {mode}"
+    )
+    with GatewayProcess(text, tmp_path) as gw:  # ready without Redis
+        headers = {"authorization": "Bearer k-burst"}
+        answers = [
+            httpx.post(f"{gw.url}/v1/completions", json=body(), headers=headers) for _ in range(3)
+        ]
+        assert [r.status_code for r in answers] == [status] * 3
+        if mode == "closed":
+            err = answers[0].json()["error"]
+            assert err["code"] == "service_unavailable"
+            assert int(answers[0].headers["retry-after"]) >= 1
+        else:
+            assert "x-ratelimit-limit-requests" not in answers[0].headers  # nothing was checked
+        metrics = scrape(gw.url)
+        assert metrics.value("gateway_ratelimit_backend_errors_total", mode=mode) >= 1
+        result = "unavailable" if mode == "closed" else "open"
+        assert metrics.value("gateway_ratelimit_decisions_total", result=result) == 3

@@ -21,7 +21,7 @@ import pytest
 from openai.types import Completion
 
 from tests.e2e.support import outputs, streamed_texts
-from tests.e2e.vllm_stack import MODEL, Stack
+from tests.e2e.vllm_stack import METERED_KEY, METERED_TPM, MODEL, Stack
 from tests.vllm_proc import MODEL_DIR, require_vllm
 
 require_vllm()
@@ -428,3 +428,24 @@ def test_engine_is_ready_and_named_in_errors(vllm_stack: Stack) -> None:
         create(client, prompt=PROMPT, extra_body={"no_such_field": 1})
     assert caught.value.param == "no_such_field"
     assert "engine/" in caught.value.message
+
+
+# ---------------------------------------------------------------- rate limits
+
+
+def test_token_reservation_uses_the_engines_tokenizer(vllm_stack: Stack) -> None:
+    """The engine's prompts are counted exactly at admission (the serving tokenizer), and the
+    reservation is settled to the usage once the request ends."""
+    url = vllm_stack.gateway.url + "/v1/completions"
+    headers = {"Authorization": f"Bearer {METERED_KEY}", "x-portkey-virtual-key": "engine"}
+    body = {"model": MODEL, "prompt": "The quick brown fox jumps", "max_tokens": 7}
+    first = httpx.post(url, json={**body, "ignore_eos": True}, headers=headers, timeout=60)
+    assert first.status_code == 200, first.text
+    usage = first.json()["usage"]
+    reserved = usage["prompt_tokens"] + 7
+    assert int(first.headers["x-ratelimit-remaining-tokens"]) == METERED_TPM - reserved
+    second = httpx.post(url, json={**body, "max_tokens": 3}, headers=headers, timeout=60)
+    # the first was settled to its usage (here equal to its reservation: ignore_eos)
+    used = usage["total_tokens"] + usage["prompt_tokens"] + 3
+    remaining = int(second.headers["x-ratelimit-remaining-tokens"])
+    assert METERED_TPM - used <= remaining <= METERED_TPM - used + 1700  # a second's refill

@@ -24,6 +24,8 @@ from tests.gateway_proc import GatewayProcess
 from tests.vllm_proc import MODEL_DIR, VLLM_ENV, VllmServer
 
 KEY = "sk-test"
+METERED_KEY = "sk-metered"  # a key with a token limit (tpm METERED_TPM)
+METERED_TPM = 100000
 MODEL = "tiny"  # the alias, and the vLLM server's served model name
 WINDOW = 1024  # --max-model-len of the server, max_model_len of the engine
 PATHS = ("server", "engine")
@@ -31,7 +33,9 @@ ENGINE_READY_TIMEOUT_S = 300.0
 VIRTUAL_KEY = "x-portkey-virtual-key"
 CONFIG = """\
 auth:
-  keys: [{{id: t, key: {key}, models: ["*"], providers: [server, engine]}}]
+  keys:
+    - {{id: t, key: {key}, models: ["*"], providers: [server, engine]}}
+    - {{id: metered, key: {metered}, providers: [engine], limits: {{tpm: {tpm}}}}}
 providers:
   server: {{type: vllm-server, base_url: "{url}"}}
   engine:
@@ -85,6 +89,13 @@ class Stack:
 def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("gateway-vllm")
     with VllmServer() as server:
-        text = CONFIG.format(key=KEY, url=server.url, model_dir=MODEL_DIR, window=WINDOW)
+        text = CONFIG.format(
+            key=KEY,
+            metered=METERED_KEY,
+            tpm=METERED_TPM,
+            url=server.url,
+            model_dir=MODEL_DIR,
+            window=WINDOW,
+        )
         with GatewayProcess(text, workdir, env=VLLM_ENV, timeout=ENGINE_READY_TIMEOUT_S) as gw:
             yield Stack(server, gw)

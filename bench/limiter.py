@@ -1,0 +1,167 @@
+"""What the rate limiter costs: the same wrk load through three gateways on the mock upstream,
+one without limits, one with the memory limiter, one with the Redis limiter (a real
+redis-server), each with 1 worker and with metrics on.
+
+The limited gateways check every kind of limit on every request (the key's rpm, tpm and
+parallel slots, high enough never to refuse), so each request is reserved and settled.
+The targets run one at a time, alternating over rounds; the report is the median per target.
+
+    .venv/bin/python bench/limiter.py [--rounds 3] [--duration 10] [--check]
+
+Budgets: memory >= 95% and redis >= 80% of the requests/s without limits, at 32 connections.
+Writes bench/limiter_results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from run import (
+    API_KEY,
+    BENCH_DIR,
+    HOST,
+    SCENARIOS,
+    BenchError,
+    Processes,
+    Run,
+    Target,
+    environment,
+    finish,
+    free_port,
+    gateway_command,
+    measured,
+    probe,
+    run_one,
+    start_mock,
+    wait_ready,
+)
+
+BUDGETS = {"memory": 0.95, "redis": 0.80}
+LIMITS = "{rpm: 1000000000, tpm: 1000000000000, max_parallel: 100000}"
+THROUGHPUT = next(s for s in SCENARIOS if s.name == "throughput")
+
+
+def config(port: int, mock_port: int, limiter: str, redis_url: str) -> str:
+    limits = f", limits: {LIMITS}" if limiter != "none" else ""
+    backend = "redis" if limiter == "redis" else "memory"
+    return (
+        f"server: {{host: {HOST}, port: {port}}}\n"
+        "auth:\n"
+        "  keys:\n"
+        f"    - {{id: bench, key: {API_KEY}{limits}}}\n"
+        "providers:\n"
+        f'  mock: {{type: openai-compatible, base_url: "http://{HOST}:{mock_port}/v1"}}\n'
+        "models:\n"
+        "  bench-model: {targets: [{provider: mock, model: mock-model}]}\n"
+        f'rate_limit: {{backend: {backend}, redis_url: "{redis_url}"}}\n'
+    )
+
+
+def start_redis(procs: Processes) -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise BenchError("redis-server not found: apt-get install -y redis-server")
+    port = free_port()
+    argv = [binary, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"]
+    procs.start("redis", argv)
+    deadline = time.monotonic() + 10
+    while (
+        subprocess.run(
+            ["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True
+        ).stdout.strip()
+        != "PONG"
+    ):
+        if time.monotonic() > deadline:
+            raise BenchError("redis-server did not answer PING:\n" + procs.log_tail("redis"))
+        time.sleep(0.05)
+    return f"redis://{HOST}:{port}/0"
+
+
+def start_gateway(procs: Processes, name: str, mock: Target, redis_url: str, tmp: Path) -> Target:
+    port = free_port()
+    mock_port = int(mock.url.split(":")[2].split("/")[0])
+    path = tmp / f"{name}.yaml"
+    path.write_text(config(port, mock_port, name, redis_url))
+    template = "{python} -m gateway serve --config {config} --host {host} --port {port}"
+    proc = procs.start(name, gateway_command(template, path, port))
+    wait_ready(f"http://{HOST}:{port}/readyz", procs, name)
+    url = f"http://{HOST}:{port}/v1/completions"
+    return Target(name, url, "bench-model", f"Bearer {API_KEY}", proc.pid)
+
+
+def bench(args: argparse.Namespace, tmp: Path) -> dict[str, list[Run]]:
+    procs = Processes(tmp)
+    runs: dict[str, list[Run]] = {"none": [], "memory": [], "redis": []}
+    try:
+        mock = start_mock(procs, 64)
+        redis_url = start_redis(procs)
+        targets = [start_gateway(procs, name, mock, redis_url, tmp) for name in runs]
+        for target in targets:
+            probe(target, stream=False, tmp=tmp)
+            probe(target, stream=True, tmp=tmp)
+        for _ in range(args.rounds):
+            for target in targets:
+                pids = {"gateway": target.pid, "mock": mock.pid}
+                runs[target.name].append(run_one(target, THROUGHPUT, args, tmp, pids))
+    finally:
+        procs.close()
+    return runs
+
+
+def report(runs: dict[str, list[Run]], args: argparse.Namespace) -> int:
+    median = {name: statistics.median(r.requests_per_s for r in rs) for name, rs in runs.items()}
+    print("| limiter | req/s (median) | runs | vs no limits |")
+    print("| --- | ---: | --- | --- |")
+    for name, value in median.items():
+        each = ", ".join(f"{r.requests_per_s:,.0f}" for r in runs[name])
+        ratio = "" if name == "none" else f"{100 * value / median['none']:.1f}%"
+        print(f"| {name} | {value:,.0f} | {each} | {ratio} |")
+    checks = [
+        {
+            "name": f"{name} limiter / no limits, req/s at 32 connections",
+            "value": f"{100 * median[name] / median['none']:.1f}%",
+            "budget": f">= {100 * floor:.0f}%",
+            "ok": median[name] / median["none"] >= floor,
+        }
+        for name, floor in BUDGETS.items()
+    ]
+    print()
+    for c in checks:
+        print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['name']}: {c['value']} (budget {c['budget']})")
+    failed = [r for rs in runs.values() for r in rs if r.error_count]
+    for r in failed:
+        print(f"FAIL  {r.target}: errors {r.errors}")
+    args.chunks = 64
+    out = {
+        "environment": environment(args),
+        "median_requests_per_s": median,
+        "runs": {name: [r.__dict__ for r in rs] for name, rs in runs.items()},
+        "budgets": checks,
+    }
+    return finish(args, out, checks, failed=bool(failed))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=10, help="seconds per measured run")
+    parser.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per run")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a budget fails")
+    parser.add_argument("--output", type=Path, default=BENCH_DIR / "limiter_results.json")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    runs = measured("gateway-bench-limiter-", lambda tmp: bench(args, tmp))
+    return runs if isinstance(runs, int) else report(runs, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
