@@ -6,6 +6,7 @@ Everything lives on `app.state.runtime`; nothing is module-global."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import re
 import secrets
@@ -78,12 +79,28 @@ class GatewayApp:
         await (endpoint or self._fallback)(scope, receive, send)
 
 
-def create_app(config: Config) -> GatewayApp:
+# Collections of the youngest generation every 700 allocations cost a server ~20 µs a request;
+# 10,000 keeps cyclic garbage bounded at a fraction of that cost.
+GC_THRESHOLD = (10_000, 10, 10)
+
+
+def settle_gc() -> None:
+    """For a serving process, once it has started: what start-up built lives as long as the
+    process, so full collections need not scan it again (vLLM's server does the same)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
+def create_app(config: Config, serving_process: bool = False) -> GatewayApp:
+    """`serving_process`: this process only serves (gateway serve): tune its collector."""
     runtime = Runtime.build(config, Metrics(config.metrics.enabled))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await runtime.start()
+        if serving_process:
+            settle_gc()
         try:
             yield
         finally:

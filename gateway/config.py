@@ -271,6 +271,7 @@ def _rate_limit(r: Mapping[str, Any]) -> RateLimitConfig:
     return RateLimitConfig(
         backend=_one_of(r.get("backend", d.backend), f"{path}.backend", LIMIT_BACKENDS),  # type: ignore[arg-type]
         redis_url=_redis_url(r.get("redis_url", d.redis_url), f"{path}.redis_url"),
+        cluster=_bool(r.get("cluster", d.cluster), f"{path}.cluster"),
         on_backend_error=_one_of(  # type: ignore[arg-type]
             r.get("on_backend_error", d.on_backend_error), f"{path}.on_backend_error", BACKEND_MODES
         ),
@@ -302,10 +303,13 @@ def _tag(v: Any, path: str) -> str:
 
 def _metrics(m: Mapping[str, Any]) -> MetricsConfig:
     _known(m, "metrics", ("enabled",))
-    enabled = m.get("enabled", True)
-    if type(enabled) is not bool:
-        raise ConfigError("metrics.enabled", "expected true or false")
-    return MetricsConfig(enabled=enabled)
+    return MetricsConfig(enabled=_bool(m.get("enabled", True), "metrics.enabled"))
+
+
+def _bool(v: Any, path: str) -> bool:
+    if type(v) is not bool:
+        raise ConfigError(path, "expected true or false")
+    return v
 
 
 # ---------------------------------------------------------------- scalar helpers

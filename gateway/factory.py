@@ -9,4 +9,4 @@ from gateway.config import load
 
 
 def app_from_env() -> GatewayApp:
-    return create_app(load(os.environ.get("GATEWAY_CONFIG", "config.yaml")))
+    return create_app(load(os.environ.get("GATEWAY_CONFIG", "config.yaml")), serving_process=True)

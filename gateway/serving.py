@@ -6,7 +6,6 @@ completes or ends with an error event.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -47,18 +46,13 @@ def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> int:
     max_tokens = req.max_tokens
     if "max_tokens" not in req.fields:
         max_tokens = target.defaults.get("max_tokens", max_tokens)
-    choices = req.n_prompts * max(req.n, req.best_of or 1)
-    return prompt_tokens(rt, req, target.provider) + max_tokens * choices
-
-
-def prompt_tokens(rt: Runtime, req: CompletionRequest, provider: str) -> int:
     if req.prompt_is_tokens:
-        return sum(len(p) for p in req.prompts)
-    texts: list[str] = req.prompts  # type: ignore[assignment]
-    counted = rt.providers[provider].count_tokens(texts)
-    if counted is not None:
-        return sum(counted)
-    return sum(math.ceil(len(t.encode()) / 4) for t in texts)
+        prompt = sum(map(len, req.prompts))
+    else:
+        texts: list[str] = req.prompts  # type: ignore[assignment]
+        counted = rt.providers[target.provider].count_tokens(texts)
+        prompt = sum(counted if counted is not None else [-(-len(t.encode()) // 4) for t in texts])
+    return prompt + max_tokens * req.n_prompts * max(req.n, req.best_of or 1)
 
 
 def _error_kind(err: GatewayError) -> str:

@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 from tests.upstreams.procs import StopOnExit, free_port
 
@@ -22,7 +24,7 @@ READY_TIMEOUT_S = 10.0
 
 
 class RedisServer(StopOnExit):
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, extra: list[str] | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
@@ -32,13 +34,14 @@ class RedisServer(StopOnExit):
         self.binary = binary
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._extra = extra or []
         self._proc: subprocess.Popen[bytes] | None = None
         self.start()
 
     def start(self) -> None:
         argv = [
             self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--loglevel", "warning",
+            "--appendonly", "no", "--loglevel", "warning", *self._extra,
         ]  # fmt: skip
         self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -88,3 +91,63 @@ class RedisServer(StopOnExit):
                 self._proc.kill()
                 self._proc.wait()
         return self._proc.returncode
+
+
+class RedisCluster(StopOnExit):
+    """Three masters on free ports, joined by `redis-cli --cluster create` (no replicas).
+
+    with RedisCluster(tmp_path) as c:
+        c.url       # redis://127.0.0.1:<first port>/0: a Cluster client discovers the rest
+    """
+
+    def __init__(self, workdir: Path, nodes: int = 3) -> None:
+        self.servers: list[RedisServer] = []
+        try:
+            for i in range(nodes):
+                config = ["--cluster-enabled", "yes", "--cluster-config-file",
+                          str(workdir / f"nodes-{i}.conf")]  # fmt: skip
+                self.servers.append(RedisServer(port=_cluster_port(), extra=config))
+            self._join()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _join(self) -> None:
+        self.url = f"redis://127.0.0.1:{self.servers[0].port}/0"
+        addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0",
+             "--cluster-yes"],
+            check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not all(b"cluster_state:ok" in s.command("CLUSTER", "INFO") for s in self.servers):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the Redis Cluster did not become ready")
+            time.sleep(0.05)
+
+    def node_of(self, key: str) -> RedisServer:
+        """The node that holds `key`'s slot (answers it without a MOVED)."""
+        for s in self.servers:
+            if not s.command("EXISTS", key).startswith(b"-MOVED"):
+                return s
+        raise LookupError(key)
+
+    def stop(self) -> int | None:
+        for s in self.servers:
+            s.stop()
+        return None
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free and valid too."""
+    for _ in range(100):
+        port = random.randrange(20000, 50000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")

@@ -4,9 +4,8 @@ of 429s, in OpenAI's words."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
-from gateway.ratelimit.rules import State
+from gateway.ratelimit.rules import Kind, Rule, State, Verdict
 
 KIND_WORDS = {
     "requests": "requests per minute (RPM)",
@@ -16,44 +15,54 @@ KIND_WORDS = {
 
 
 def duration(seconds: float) -> str:
-    """Go's time.Duration format, as OpenAI's reset headers use it: 250ms, 1.5s, 6m0s, 1h2m3s."""
-    if seconds <= 0:
-        return "0s"
-    if seconds < 1:
-        return f"{math.ceil(seconds * 1000)}ms"
-    whole_ms = math.ceil(seconds * 1000)
-    hours, rest = divmod(whole_ms, 3_600_000)
-    minutes, ms = divmod(rest, 60_000)
-    secs = f"{ms / 1000:.3f}".rstrip("0").rstrip(".") + "s"
-    if hours:
-        return f"{hours}h{minutes}m{secs}"
-    if minutes:
-        return f"{minutes}m{secs}"
-    return secs
+    """Go's time.Duration format, as OpenAI's reset headers use it: 250ms, 1.5s, 6m0s, 1h2m3s.
+    Whole milliseconds, rounded up. Cheap: it runs for every response."""
+    exact = seconds * 1000
+    ms = int(exact)
+    if ms < exact:
+        ms += 1
+    if ms < 1000:
+        return f"{ms}ms" if ms > 0 else "0s"
+    minutes, ms = divmod(ms, 60_000)
+    secs = f"{ms // 1000}s" if not ms % 1000 else f"{ms // 1000}.{ms % 1000:03d}".rstrip("0") + "s"
+    if not minutes:
+        return secs
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes}m{secs}" if hours else f"{minutes}m{secs}"
 
 
-def binding(states: Sequence[State], kind: str) -> State | None:
-    """The rule of this kind closest to refusing: the one a caller should pace itself by."""
-    best: State | None = None
-    for s in states:
-        if s.rule.kind != kind:
+_NAMES: dict[Kind, tuple[bytes, ...]] = {
+    kind: tuple(f"x-ratelimit-{what}-{kind}".encode() for what in ("limit", "remaining", "reset"))
+    for kind in ("requests", "tokens")
+}
+
+
+def ratelimit_headers(verdict: Verdict) -> list[tuple[bytes, bytes]]:
+    """OpenAI's six headers (three per kind that has a limit), for the binding rule of each
+    kind: the one with the fewest left. Per request: one pass, no States."""
+    best: dict[Kind, tuple[int, int, Rule, float]] = {}  # kind → (remaining, limit, rule, reset)
+    for rule, values in zip(verdict.rules, verdict.values, strict=True):
+        kind = rule.kind
+        if kind == "parallel":
             continue
-        if best is None or (s.remaining, s.rule.limit) < (best.remaining, best.rule.limit):
-            best = s
-    return best
-
-
-def ratelimit_headers(states: Sequence[State]) -> list[tuple[bytes, bytes]]:
+        b = best.get(kind)
+        if b is None or values[0] < b[0] or (values[0] == b[0] and rule.limit < b[1]):
+            best[kind] = (values[0], rule.limit, rule, values[1])
     out: list[tuple[bytes, bytes]] = []
-    for kind in ("requests", "tokens"):
-        s = binding(states, kind)
-        if s is not None:
-            out += [
-                (b"x-ratelimit-limit-" + kind.encode(), str(s.rule.limit).encode()),
-                (b"x-ratelimit-remaining-" + kind.encode(), str(max(0, s.remaining)).encode()),
-                (b"x-ratelimit-reset-" + kind.encode(), duration(s.reset_s).encode()),
-            ]
+    for kind, (remaining, _, rule, reset_s) in best.items():
+        names = _NAMES[kind]
+        out.append((names[0], rule.limit_header))
+        out.append((names[1], b"%d" % remaining if remaining > 0 else b"0"))
+        out.append((names[2], _reset_value(reset_s)))
     return out
+
+
+def _reset_value(seconds: float) -> bytes:
+    """duration(), encoded; under a second (the usual case) without the general path."""
+    ms = math.ceil(seconds * 1000)
+    if ms < 1000:
+        return b"%dms" % ms
+    return duration(seconds).encode()
 
 
 def retry_headers(seconds: float) -> dict[str, str]:

@@ -89,26 +89,32 @@ class Limiter:
             await self._redis.aclose()
 
     async def admit(self, key_id: str, model: str, label: str, cost: Callable[[], int]) -> Grant:
-        rules = self._book.rules(key_id, model)
-        if not rules:
+        found = self._book.rules(key_id, model)
+        if not found.rules:
             return no_grant()
-        tokens = cost() if any(r.kind == "tokens" for r in rules) else 0
-        self._check_fits(rules, tokens, model, label)
-        ask = Ask(rules, tokens, f"{self._lease_prefix}{next(self._lease_count):x}")
-        backend, verdict = await self._decide(ask, model, label)
+        tokens = 0
+        if found.tokens:
+            tokens = cost()
+            self._check_fits(found.rules, tokens, label)
+        lease = ""  # names the request's parallel slots in Redis
+        if found.parallel and self._redis is not None:
+            lease = f"{self._lease_prefix}{next(self._lease_count):x}"
+        ask = Ask(found.rules, tokens, lease)
+        backend: Backend | None
+        verdict: Verdict | None
+        if self._memory is not None:  # no await: nothing to wait for
+            backend, verdict = self._memory, self._memory.decide(ask)
+        else:
+            backend, verdict = await self._decide(ask, label)
         if backend is None or verdict is None:
             self._observer.ratelimit_decision(label, "open", "none", "none")
             return no_grant()
         if not verdict.admitted:
             raise self._refusal(verdict, tokens, label, backend.name)
         self._observer.ratelimit_decision(label, "allowed", "none", backend.name)
-        return Grant(backend, ask, ratelimit_headers(verdict.states))
+        return Grant(backend, ask, ratelimit_headers(verdict))
 
-    async def _decide(
-        self, ask: Ask, model: str, label: str
-    ) -> tuple[Backend | None, Verdict | None]:
-        if self._memory is not None:
-            return self._memory, self._memory.decide(ask)
+    async def _decide(self, ask: Ask, label: str) -> tuple[Backend | None, Verdict | None]:
         assert self._redis is not None
         if self._breaker.allow():
             try:
@@ -157,14 +163,14 @@ class Limiter:
         rule = state.rule
         self._observer.ratelimit_decision(label, "rejected", f"{rule.scope}_{rule.kind}", backend)
         headers = retry_headers(state.retry_s)
-        headers.update((k.decode(), v.decode()) for k, v in ratelimit_headers(verdict.states))
+        headers.update((k.decode(), v.decode()) for k, v in ratelimit_headers(verdict))
         return RateLimited(
             refusal_message(state, tokens),
             type="tokens" if rule.kind == "tokens" else "requests",
             headers=headers,
         )
 
-    def _check_fits(self, rules: tuple[Rule, ...], tokens: int, model: str, label: str) -> None:
+    def _check_fits(self, rules: tuple[Rule, ...], tokens: int, label: str) -> None:
         """A reservation above a token limit would be refused forever: say so once, as a 400
         the openai SDK does not retry."""
         for rule in rules:

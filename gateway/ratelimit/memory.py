@@ -10,35 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
-from gateway.ratelimit.rules import WINDOW_S, Ask, Rule, State, Verdict
+from gateway.ratelimit.rules import WINDOW_S, Ask, Values, Verdict
 
 PARALLEL_RETRY_S = 1.0  # a parallel slot frees when some request ends: no arithmetic says when
 _EPS = 1e-9
 SWEEP_EVERY = 4096  # decisions between sweeps of buckets that are full again
-
-
-class Step(NamedTuple):
-    """One GCRA decision."""
-
-    admitted: bool
-    tat: float  # the bucket's TAT after the decision
-    remaining: int
-    reset_s: float
-    retry_s: float
-
-
-def gcra(tat: float, now: float, limit: int, cost: int) -> Step:
-    interval = WINDOW_S / limit
-    base = max(tat, now)
-    new = base + cost * interval
-    allow_at = new - WINDOW_S
-    if allow_at > now + _EPS:
-        remaining = int((now + WINDOW_S - base) / interval + _EPS)
-        return Step(False, tat, remaining, base - now, allow_at - now)
-    remaining = int((now + WINDOW_S - new) / interval + _EPS)
-    return Step(True, new, remaining, new - now, 0.0)
 
 
 def settle_tat(tat: float, now: float, limit: int, delta: int) -> float:
@@ -65,36 +42,50 @@ class MemoryBackend:
         return self.decide(ask)
 
     def decide(self, ask: Ask) -> Verdict:
+        """GCRA for every rate rule, a count for every parallel one; writes only if all admit.
+        Written out flat, without helpers: it runs for every request."""
         now = self._clock()
-        tats = self._tat
-        states: list[State] = []
+        limit_at = now + WINDOW_S  # a bucket may be filled up to here
+        tats, slots = self._tat, self._slots
+        rules = ask.rules
+        if self._divisor != 1:
+            rules = tuple(r.scaled(self._divisor) for r in rules)
+        values: list[Values] = []
         writes: list[tuple[str, float]] = []
         admitted = True
-        for rule in ask.rules:
-            if self._divisor != 1:
-                rule = rule.scaled(self._divisor)
-            if rule.kind == "parallel":
-                state = self._parallel(rule)
+        for rule in rules:
+            kind = rule.kind
+            if kind == "parallel":
+                used = slots.get(rule.bucket, 0)
+                if used < rule.limit:
+                    values.append((rule.limit - used - 1, 0.0, 0.0))
+                else:
+                    admitted = False
+                    values.append((0, 0.0, PARALLEL_RETRY_S))
+                continue
+            interval = rule.interval
+            base = tats.get(rule.bucket, now)
+            if base < now:
+                base = now
+            tat = base + (ask.tokens if kind == "tokens" else 1) * interval
+            if tat > limit_at + _EPS:  # refused: report the bucket as it stands
+                admitted = False
+                values.append(
+                    (int((limit_at - base) / interval + _EPS), base - now, tat - limit_at)
+                )
             else:
-                cost = ask.tokens if rule.kind == "tokens" else 1
-                step = gcra(tats.get(rule.bucket, now), now, rule.limit, cost)
-                state = State(rule, step.remaining, step.reset_s, step.retry_s)
-                writes.append((rule.bucket, step.tat))
-            admitted = admitted and state.retry_s == 0.0
-            states.append(state)
+                values.append((int((limit_at - tat) / interval + _EPS), tat - now, 0.0))
+                writes.append((rule.bucket, tat))
         if admitted:
             tats.update(writes)
-            for s in states:
-                if s.rule.kind == "parallel":
-                    self._slots[s.rule.bucket] = self._slots.get(s.rule.bucket, 0) + 1
-        self._sweep(now)
-        return Verdict(admitted, tuple(states))
-
-    def _parallel(self, rule: Rule) -> State:
-        used = self._slots.get(rule.bucket, 0)
-        if used >= rule.limit:
-            return State(rule, 0, 0.0, PARALLEL_RETRY_S)
-        return State(rule, rule.limit - used - 1, 0.0, 0.0)
+            if len(writes) < len(rules):
+                for rule in rules:
+                    if rule.kind == "parallel":
+                        slots[rule.bucket] = slots.get(rule.bucket, 0) + 1
+        self._decisions += 1
+        if not self._decisions % SWEEP_EVERY:
+            self._sweep(now)
+        return Verdict(admitted, rules, values)
 
     def settle(self, ask: Ask, delta_tokens: int) -> None:
         now = self._clock()
@@ -112,9 +103,6 @@ class MemoryBackend:
 
     def _sweep(self, now: float) -> None:
         """Forget buckets that are full again: they read the same as absent ones."""
-        self._decisions += 1
-        if self._decisions % SWEEP_EVERY:
-            return
         self._tat = {k: v for k, v in self._tat.items() if v > now}
 
     async def aclose(self) -> None:

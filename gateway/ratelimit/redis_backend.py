@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from gateway.ratelimit.rules import Ask, RateLimitConfig, Rule, State, Verdict
+from gateway.ratelimit.rules import Ask, RateLimitConfig, Rule, Values, Verdict
 
 log = logging.getLogger("gateway.ratelimit")
 KIND_CODE = {"requests": "r", "tokens": "t", "parallel": "p"}
@@ -36,15 +36,7 @@ class RedisBackend:
 
     def __init__(self, cfg: RateLimitConfig) -> None:
         timeout = cfg.timeout_ms / 1000
-        pool = aioredis.BlockingConnectionPool.from_url(
-            cfg.redis_url,
-            max_connections=cfg.pool_size,
-            timeout=timeout,  # waiting for a free connection
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-        )
-        self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
+        self._client = _connect(cfg, timeout)
         script = resources.files(__package__).joinpath("admit.lua").read_text()
         self._script = self._client.register_script(script)
         self._timeout = timeout * 2  # a whole call: connect, then send and answer
@@ -135,9 +127,12 @@ class RedisBackend:
 
     async def _drop_connections(self) -> None:
         """After a failure the pooled connections may all be dead (a restarted Redis): drop
-        them, so that the next call, the breaker's probe, opens a fresh one."""
-        with contextlib.suppress(Exception):
-            await self._client.connection_pool.disconnect()
+        them, so that the next call, the breaker's probe, opens a fresh one. (A Cluster client
+        rediscovers its nodes by itself.)"""
+        pool = getattr(self._client, "connection_pool", None)
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.disconnect()
 
     async def _refresh_loop(self) -> None:
         """Held slots are leases: refreshed while their requests run, gone if we vanish."""
@@ -147,10 +142,6 @@ class RedisBackend:
                 self._refresh_due = True
                 self._kick()
 
-    async def ping(self) -> None:
-        async with asyncio.timeout(self._timeout):
-            await self._client.ping()
-
     async def aclose(self) -> None:
         for task in (self._refresher, *self._drainers):
             if task is not None:
@@ -158,7 +149,25 @@ class RedisBackend:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self._client.aclose()
-        await self._client.connection_pool.disconnect()
+        await self._drop_connections()
+
+
+def _connect(cfg: RateLimitConfig, timeout: float) -> aioredis.Redis | aioredis.RedisCluster:
+    """No retries and short timeouts, on a pool that waits for a free connection rather than
+    failing (the batching keeps at most MAX_IN_FLIGHT calls out anyway)."""
+    common: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if cfg.cluster:
+        return aioredis.RedisCluster.from_url(
+            cfg.redis_url, max_connections=cfg.pool_size, **common
+        )
+    pool = aioredis.BlockingConnectionPool.from_url(
+        cfg.redis_url, max_connections=cfg.pool_size, timeout=timeout, **common
+    )
+    return aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
 
 
 def _has(ask: Ask, kind: str) -> bool:
@@ -195,11 +204,11 @@ def _verdicts(asks: list[Ask], flat: list[Any]) -> list[Verdict]:
     out, i = [], 0
     for ask in asks:
         admitted = bool(flat[i])
-        states = []
-        for rule in ask.rules:
+        values: list[Values] = []
+        for _ in ask.rules:
             remaining, reset_ms, retry_ms = flat[i + 1 : i + 4]
-            states.append(State(rule, int(remaining), reset_ms / 1000, retry_ms / 1000))
+            values.append((int(remaining), reset_ms / 1000, retry_ms / 1000))
             i += 3
-        out.append(Verdict(admitted, tuple(states)))
+        out.append(Verdict(admitted, ask.rules, values))
         i += 1
     return out

@@ -49,6 +49,7 @@ class BreakerConfig:
 class RateLimitConfig:
     backend: Backend = "memory"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    cluster: bool = False  # redis_url names one node of a Redis Cluster
     on_backend_error: Mode = "local"
     replicas: int = 1  # `local` mode divides every limit by this
     key_prefix: str = "llmgw"  # the Redis hash tag: every limiter key is in one slot
@@ -67,6 +68,13 @@ class Rule:
     limit: int
     bucket: str  # unique name of the state this limit keeps
     subject: str  # how messages name it: "key 'team-a'", "model 'x'"
+    # Derived once, used per request: seconds per unit, and the limit as a header value.
+    interval: float = field(init=False, repr=False, compare=False)
+    limit_header: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "interval", WINDOW_S / self.limit)
+        object.__setattr__(self, "limit_header", b"%d" % self.limit)
 
     def scaled(self, divisor: int) -> Rule:
         """This rule with its limit shared among `divisor` replicas (at least 1)."""
@@ -74,6 +82,15 @@ class Rule:
             return self
         limit = max(1, self.limit // divisor)
         return Rule(self.scope, self.kind, limit, self.bucket, self.subject)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """The rules of one (key, model), and what kinds they hold (so nobody scans for them)."""
+
+    rules: tuple[Rule, ...]
+    tokens: bool
+    parallel: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +108,17 @@ class RuleBook:
     def __init__(self, keys: Mapping[str, KeyLimits], models: Mapping[str, Limits]) -> None:
         self._keys = keys
         self._models = models
-        self._cache: dict[tuple[str, str], tuple[Rule, ...]] = {}
+        self._cache: dict[tuple[str, str], RuleSet] = {}
 
-    def rules(self, key_id: str, model: str) -> tuple[Rule, ...]:
+    def rules(self, key_id: str, model: str) -> RuleSet:
         found = self._cache.get((key_id, model))
         if found is None:
-            found = self._resolve(key_id, model)
+            rules = self._resolve(key_id, model)
+            found = RuleSet(
+                rules,
+                tokens=any(r.kind == "tokens" for r in rules),
+                parallel=any(r.kind == "parallel" for r in rules),
+            )
             if model in self._models:
                 self._cache[(key_id, model)] = found
         return found
@@ -153,7 +175,18 @@ class State:
     retry_s: float  # > 0: this rule refused, and could admit the request after this long
 
 
+Values = tuple[int, float, float]  # a rule's (remaining, reset s, retry s): see State
+
+
 @dataclass(slots=True)  # not frozen: built per request, and frozen ones build slowly
 class Verdict:
+    """A decision and, per rule of the Ask (in order), its values after it. Plain tuples,
+    not States: this is built for every request, and States are needed only to explain."""
+
     admitted: bool
-    states: tuple[State, ...]
+    rules: tuple[Rule, ...]
+    values: list[Values]
+
+    @property
+    def states(self) -> tuple[State, ...]:
+        return tuple(State(r, *v) for r, v in zip(self.rules, self.values, strict=True))

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -47,3 +48,15 @@ def test_the_default_alias_streams(client: openai.OpenAI) -> None:
     with client.completions.create(stream=True, temperature=0, **kw) as stream:
         text = "".join(c.choices[0].text for c in stream if c.choices)
     assert text == full.choices[0].text
+
+
+def test_the_default_key_is_rate_limited_and_counted(client: openai.OpenAI) -> None:
+    raw = client.completions.with_raw_response.create(
+        model="tiny-local", prompt="Say this is a test", max_tokens=4
+    )
+    # config.yaml: the per-model rpm 300 binds before the key's rpm 600; the key's tpm 200000
+    assert raw.headers["x-ratelimit-limit-requests"] == "300"
+    assert raw.headers["x-ratelimit-limit-tokens"] == "200000"
+    assert int(raw.headers["x-ratelimit-remaining-tokens"]) < 200000
+    metrics = httpx.get(str(client.base_url).removesuffix("/v1/") + "/metrics").text
+    assert 'gateway_requests_total{model="tiny-local",provider="local",status="200"' in metrics

@@ -12,7 +12,7 @@ from gateway.errors import InvalidRequest, RateLimited, ServiceUnavailable
 from gateway.ratelimit import KeyLimits, Limiter, Limits, RateLimitConfig, RuleBook
 from gateway.ratelimit.breaker import Breaker
 from gateway.ratelimit.headers import duration, ratelimit_headers
-from gateway.ratelimit.memory import MemoryBackend, gcra, settle_tat
+from gateway.ratelimit.memory import MemoryBackend, settle_tat
 from gateway.ratelimit.rules import Ask, Rule
 
 
@@ -49,38 +49,45 @@ def rule(kind: str = "requests", limit: int = 10, bucket: str = "k:a:r") -> Rule
 # ---------------------------------------------------------------- GCRA
 
 
+def gcra_run(limit: int, costs: list[int], at: list[float] | None = None) -> list[tuple]:
+    """One bucket of `limit` per minute, asked for each cost at its time: (admitted, values)."""
+    clock = Clock()
+    mem = MemoryBackend(clock=clock)
+    r = rule("tokens", limit, "b")
+    out = []
+    for i, c in enumerate(costs):
+        clock.now = 100.0 + (at[i] if at else 0.0)
+        v = mem.decide(ask(r, tokens=c))
+        out.append((v.admitted, v.values[0]))
+    return out
+
+
 def test_gcra_admits_a_burst_of_exactly_the_limit_then_refuses() -> None:
-    tat, now, steps = 0.0, 100.0, []
-    for _ in range(12):
-        step = gcra(tat, now, 10, 1)
-        steps.append(step)
-        tat = step.tat
-    assert [s.admitted for s in steps] == [True] * 10 + [False] * 2
-    assert [s.remaining for s in steps[:10]] == list(range(9, -1, -1))
-    assert steps[9].reset_s == pytest.approx(60.0)  # full again after a minute
-    assert steps[10].retry_s == pytest.approx(6.0)  # one request's worth: 60 s / 10
+    steps = gcra_run(10, [1] * 12)
+    assert [ok for ok, _ in steps] == [True] * 10 + [False] * 2
+    assert [values[0] for _, values in steps[:10]] == list(range(9, -1, -1))
+    assert steps[9][1][1] == pytest.approx(60.0)  # reset: full again after a minute
+    assert steps[10][1][2] == pytest.approx(6.0)  # retry: one request's worth, 60 s / 10
 
 
 def test_gcra_refills_at_the_rate() -> None:
-    step = gcra(0.0, 100.0, 10, 10)  # the whole minute at once
-    assert step.admitted and step.remaining == 0
-    assert not gcra(step.tat, 105.9, 10, 1).admitted
-    again = gcra(step.tat, 106.0, 10, 1)
-    assert again.admitted and again.remaining == 0
+    whole, early, due = gcra_run(10, [10, 1, 1], at=[0.0, 5.9, 6.0])
+    assert whole == (True, (0, pytest.approx(60.0), 0.0))  # the whole minute at once
+    assert not early[0]
+    assert due[0] and due[1][0] == 0
 
 
 def test_gcra_weighs_by_cost_and_refuses_without_taking() -> None:
-    first = gcra(0.0, 0.0, 1000, 700)
-    assert first.admitted and first.remaining == 300
-    second = gcra(first.tat, 0.0, 1000, 400)
-    assert not second.admitted
-    assert second.tat == first.tat  # nothing taken
-    assert second.remaining == 300
-    assert second.retry_s == pytest.approx(6.0)  # 100 tokens at 1000/min
+    first, second, third = gcra_run(1000, [700, 400, 300])
+    assert first[0] and first[1][0] == 300
+    assert not second[0]
+    assert second[1][0] == 300  # nothing taken
+    assert second[1][2] == pytest.approx(6.0)  # 100 tokens at 1000/min
+    assert third[0] and third[1][0] == 0
 
 
 def test_settle_refunds_down_to_now_and_charges_extra() -> None:
-    tat = gcra(0.0, 50.0, 60, 30).tat  # 30 s of a 60/min bucket
+    tat = 80.0  # 30 s of a 60/min bucket, at 50 s
     assert settle_tat(tat, 50.0, 60, -10) == pytest.approx(70.0)
     assert settle_tat(tat, 50.0, 60, -100) == 50.0  # never below now: a full bucket
     assert settle_tat(tat, 50.0, 60, 5) == pytest.approx(85.0)
@@ -150,7 +157,7 @@ def book() -> RuleBook:
 
 
 def test_rules_cover_key_model_and_key_model_scopes() -> None:
-    rules = book().rules("a", "gpt-4")
+    rules = book().rules("a", "gpt-4").rules
     named = {(r.scope, r.kind, r.limit, r.bucket) for r in rules}
     assert named == {
         ("key", "requests", 60, "k:a:r"),
@@ -158,16 +165,16 @@ def test_rules_cover_key_model_and_key_model_scopes() -> None:
         ("key_model", "requests", 5, "km:a:gpt-4:r"),  # the first matching glob
         ("model", "parallel", 3, "m:gpt-4:p"),
     }
-    other = book().rules("a", "llama")
+    other = book().rules("a", "llama").rules
     assert ("key_model", 9) in {(r.scope, r.limit) for r in other}
-    assert book().rules("b", "llama") == ()
+    assert book().rules("b", "llama").rules == ()
 
 
 def test_rule_buckets_hash_odd_model_ids() -> None:
-    rules = book().rules("a", "x" * 200)
+    rules = book().rules("a", "x" * 200).rules
     km = next(r for r in rules if r.scope == "key_model")
     assert km.bucket.startswith("km:a:h-") and len(km.bucket) < 40
-    assert "{" not in book().rules("a", "{evil}")[2].bucket
+    assert "{" not in book().rules("a", "{evil}").rules[2].bucket
 
 
 def test_limits_come_from_the_config() -> None:
@@ -201,6 +208,7 @@ rate_limit: {backend: redis, redis_url: "redis://h:6379/1", on_backend_error: cl
         ("rate_limit: {redis_url: 'http://x'}", "rate_limit.redis_url"),
         ("rate_limit: {key_prefix: 'a}b'}", "rate_limit.key_prefix"),
         ("rate_limit: {replicas: 0}", "rate_limit.replicas"),
+        ("rate_limit: {cluster: yes please}", "rate_limit.cluster"),
         ("rate_limit: {breaker: {failures: 0}}", "rate_limit.breaker.failures"),
         ("rate_limit: {burst: 1}", "rate_limit.burst"),
         ("metrics: {enabled: 1}", "metrics.enabled"),
@@ -246,7 +254,7 @@ def test_headers_report_the_binding_limit_of_each_kind() -> None:
     mem = MemoryBackend(clock=Clock())
     rules = (rule("requests", 100, "r1"), rule("requests", 3, "r2"), rule("tokens", 50, "t"))
     verdict = mem.decide(ask(*rules, tokens=20))
-    headers = dict((k.decode(), v.decode()) for k, v in ratelimit_headers(verdict.states))
+    headers = dict((k.decode(), v.decode()) for k, v in ratelimit_headers(verdict))
     assert headers == {
         "x-ratelimit-limit-requests": "3",
         "x-ratelimit-remaining-requests": "2",

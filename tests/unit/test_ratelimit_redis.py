@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from gateway.ratelimit import KeyLimits, Limiter, Limits, RateLimitConfig, RuleB
 from gateway.ratelimit.memory import MemoryBackend
 from gateway.ratelimit.redis_backend import BackendDown, RedisBackend
 from gateway.ratelimit.rules import BreakerConfig, Rule
-from tests.redis_proc import RedisServer
+from tests.redis_proc import RedisCluster, RedisServer
 from tests.unit.test_ratelimit import Seen, ask, cost, rule
 
 
@@ -213,3 +214,29 @@ async def test_redis_429_after_the_limit(redis: RedisServer) -> None:
 def test_rules_are_plain_data() -> None:
     r = Rule("key", "requests", 3, "k:a:r", "key 'a'")
     assert r.scaled(2).limit == 1 and r.scaled(1) is r
+
+
+async def test_a_redis_cluster_holds_every_limit_in_one_slot(tmp_path: Path) -> None:
+    """Keys of many scopes in one script: on a Cluster that works only because every key
+    shares the hash tag; the script runs on the node that owns it."""
+    with RedisCluster(tmp_path) as cluster:
+        cfg = RateLimitConfig(backend="redis", redis_url=cluster.url, cluster=True)
+        book = RuleBook(
+            {k: KeyLimits(Limits(rpm=3, tpm=1000), (("*", Limits(max_parallel=5)),))
+             for k in ("a", "b", "c")},
+            {"m1": Limits(rpm=100), "m2": Limits(rpm=100)},
+        )  # fmt: skip
+        lim = Limiter(cfg, book, Seen())
+        await lim.start()
+        try:
+            for key in ("a", "b", "c"):
+                for model in ("m1", "m2", "m1"):
+                    await lim.admit(key, model, model, cost(10))
+                with pytest.raises(RateLimited):
+                    await lim.admit(key, "m2", "m2", cost(10))
+        finally:
+            await lim.aclose()
+        owner = cluster.node_of("{llmgw}:k:a:r")
+        stored = owner.command("KEYS", "*")
+        for bucket in ("k:a:r", "k:b:t", "km:c:m2:p", "m:m1:r", "m:m2:r"):
+            assert f"{{llmgw}}:{bucket}".encode() in stored
