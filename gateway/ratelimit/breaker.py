@@ -22,11 +22,14 @@ class Breaker:
         self._opened = 0.0
 
     def allow(self) -> bool:
-        """May this call go to the backend? While a probe is out, the others may not."""
+        """May this call go to the backend? While a probe is out, the others may not; a probe
+        that never reported back (its caller left) is replaced after another cool-down."""
         if self.state == CLOSED:
             return True
-        if self.state == OPEN and self._clock() >= self._opened + self._cooldown:
+        now = self._clock()
+        if now >= self._opened + self._cooldown:
             self.state = PROBING
+            self._opened = now  # the probe's own deadline
             return True
         return False
 

@@ -287,6 +287,18 @@ def test_breaker_opens_after_failures_then_probes_once() -> None:
     assert b.allow() and b.allow() and b.retry_in() == 0.0
 
 
+def test_a_probe_that_never_reports_is_replaced() -> None:
+    clock = Clock()
+    b = Breaker(1, 5.0, clock)
+    b.failure()
+    clock.now += 5.0
+    assert b.allow()  # the probe's caller goes away: neither success nor failure
+    clock.now += 4.9
+    assert not b.allow()
+    clock.now += 0.1
+    assert b.allow()  # another probe, not a breaker stuck open for good
+
+
 # ---------------------------------------------------------------- the limiter
 
 
