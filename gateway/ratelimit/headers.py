@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from gateway.ratelimit.rules import Kind, Rule, State, Verdict
+from gateway.ratelimit.rules import Rule, State, Values, Verdict
 
 KIND_WORDS = {
     "requests": "requests per minute (RPM)",
@@ -31,30 +31,38 @@ def duration(seconds: float) -> str:
     return f"{hours}h{minutes}m{secs}" if hours else f"{minutes}m{secs}"
 
 
-_NAMES: dict[Kind, tuple[bytes, ...]] = {
-    kind: tuple(f"x-ratelimit-{what}-{kind}".encode() for what in ("limit", "remaining", "reset"))
+_REQUESTS, _TOKENS = (
+    tuple(f"x-ratelimit-{what}-{kind}".encode() for what in ("limit", "remaining", "reset"))
     for kind in ("requests", "tokens")
-}
+)
 
 
 def ratelimit_headers(verdict: Verdict) -> list[tuple[bytes, bytes]]:
     """OpenAI's six headers (three per kind that has a limit), for the binding rule of each
     kind: the one with the fewest left. Per request: one pass, no States."""
-    best: dict[Kind, tuple[int, int, Rule, float]] = {}  # kind → (remaining, limit, rule, reset)
-    for rule, values in zip(verdict.rules, verdict.values, strict=True):
+    requests: tuple[Rule, Values] | None = None
+    tokens: tuple[Rule, Values] | None = None
+    for rule, values in zip(verdict.rules, verdict.values):  # noqa: B905 (same length)
         kind = rule.kind
-        if kind == "parallel":
-            continue
-        b = best.get(kind)
-        if b is None or values[0] < b[0] or (values[0] == b[0] and rule.limit < b[1]):
-            best[kind] = (values[0], rule.limit, rule, values[1])
+        if kind == "requests":
+            if requests is None or _closer(rule, values, requests):
+                requests = (rule, values)
+        elif kind == "tokens" and (tokens is None or _closer(rule, values, tokens)):
+            tokens = (rule, values)
     out: list[tuple[bytes, bytes]] = []
-    for kind, (remaining, _, rule, reset_s) in best.items():
-        names = _NAMES[kind]
-        out.append((names[0], rule.limit_header))
-        out.append((names[1], b"%d" % remaining if remaining > 0 else b"0"))
-        out.append((names[2], _reset_value(reset_s)))
+    for names, found in ((_REQUESTS, requests), (_TOKENS, tokens)):
+        if found is not None:
+            rule, (remaining, reset_s, _) = found
+            out.append((names[0], rule.limit_header))
+            out.append((names[1], b"%d" % remaining if remaining > 0 else b"0"))
+            out.append((names[2], _reset_value(reset_s)))
     return out
+
+
+def _closer(rule: Rule, values: Values, best: tuple[Rule, Values]) -> bool:
+    """Fewer left, or as few of a smaller limit."""
+    left, best_left = values[0], best[1][0]
+    return left < best_left or (left == best_left and rule.limit < best[0].limit)
 
 
 def _reset_value(seconds: float) -> bytes:

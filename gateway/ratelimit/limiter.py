@@ -95,7 +95,8 @@ class Limiter:
         tokens = 0
         if found.tokens:
             tokens = cost()
-            self._check_fits(found.rules, tokens, label)
+            if found.max_tokens is not None and tokens > found.max_tokens:
+                raise self._unfit(found.rules, tokens, label)
         lease = ""  # names the request's parallel slots in Redis
         if found.parallel and self._redis is not None:
             lease = f"{self._lease_prefix}{next(self._lease_count):x}"
@@ -170,18 +171,17 @@ class Limiter:
             headers=headers,
         )
 
-    def _check_fits(self, rules: tuple[Rule, ...], tokens: int, label: str) -> None:
+    def _unfit(self, rules: tuple[Rule, ...], tokens: int, label: str) -> InvalidRequest:
         """A reservation above a token limit would be refused forever: say so once, as a 400
         the openai SDK does not retry."""
-        for rule in rules:
-            if rule.kind == "tokens" and tokens > rule.limit:
-                self._observer.ratelimit_decision(label, "unfit", f"{rule.scope}_tokens", "none")
-                raise InvalidRequest(
-                    f"This request reserves {tokens} tokens (its prompt, plus max_tokens for "
-                    f"each choice), more than the limit of {rule.limit} tokens per minute (TPM) "
-                    f"for {rule.subject}: it can never be admitted. Lower max_tokens, n or "
-                    "best_of, or shorten the prompt.",
-                    param="max_tokens",
-                    code="rate_limit_unfit",
-                    headers={"x-should-retry": "false"},
-                )
+        rule = min((r for r in rules if r.kind == "tokens"), key=lambda r: r.limit)
+        self._observer.ratelimit_decision(label, "unfit", f"{rule.scope}_tokens", "none")
+        return InvalidRequest(
+            f"This request reserves {tokens} tokens (its prompt, plus max_tokens for "
+            f"each choice), more than the limit of {rule.limit} tokens per minute (TPM) "
+            f"for {rule.subject}: it can never be admitted. Lower max_tokens, n or "
+            "best_of, or shorten the prompt.",
+            param="max_tokens",
+            code="rate_limit_unfit",
+            headers={"x-should-retry": "false"},
+        )

@@ -90,7 +90,10 @@ class MemoryBackend:
     def settle(self, ask: Ask, delta_tokens: int) -> None:
         now = self._clock()
         for rule in ask.rules:
-            rule = rule.scaled(self._divisor)
+            if rule.kind == "requests":
+                continue
+            if self._divisor != 1:
+                rule = rule.scaled(self._divisor)
             if rule.kind == "parallel":
                 left = self._slots.get(rule.bucket, 0) - 1
                 if left > 0:

@@ -91,6 +91,7 @@ class RuleSet:
     rules: tuple[Rule, ...]
     tokens: bool
     parallel: bool
+    max_tokens: int | None  # the smallest tpm: a reservation above it can never be admitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +115,12 @@ class RuleBook:
         found = self._cache.get((key_id, model))
         if found is None:
             rules = self._resolve(key_id, model)
+            tpm = [r.limit for r in rules if r.kind == "tokens"]
             found = RuleSet(
                 rules,
-                tokens=any(r.kind == "tokens" for r in rules),
+                tokens=bool(tpm),
                 parallel=any(r.kind == "parallel" for r in rules),
+                max_tokens=min(tpm, default=None),
             )
             if model in self._models:
                 self._cache[(key_id, model)] = found
