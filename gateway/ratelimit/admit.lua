@@ -2,15 +2,18 @@
 -- The same GCRA arithmetic as gateway/ratelimit/memory.py, on the Redis server's clock.
 --
 -- KEYS: every bucket the call touches (all share one hash tag, so one slot on a Cluster).
--- ARGV, flat:
+-- ARGV[1]: one string of words separated by spaces (one argument is far cheaper for a client
+-- to send than hundreds), in this order:
 --   lease seconds,
 --   R rule sets:    R, then per set: n, then n x (key index, kind, limit)
 --   S settlements:  S, then per one: rule set, lease member, token delta
 --   F refreshes:    F, then per one: key index, lease member
 --   A admissions:   A, then per one: rule set, lease member, tokens
+-- A lease member is "-" for requests without parallel limits.
 -- kind: r requests, t tokens (a GCRA bucket: a string TAT), p parallel (a sorted set of lease
 -- members scored by expiry).
--- Returns, flat, per admission: admitted (0|1), then per rule: remaining, reset ms, retry ms.
+-- Returns one string of numbers separated by spaces, per admission: admitted (0|1), then per
+-- rule: remaining, reset ms, retry ms.
 -- An admission writes only if every one of its rules admits it. Each bucket is read once and
 -- written once per call, however many requests of the batch it serves.
 
@@ -19,9 +22,11 @@ local EPS = 1e-9
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 
+local words = {}
+for w in string.gmatch(ARGV[1], '%S+') do words[#words + 1] = w end
 local pos = 1
 local function arg()
-  local v = ARGV[pos]
+  local v = words[pos]
   pos = pos + 1
   return v
 end
@@ -88,7 +93,7 @@ for _ = 1, tonumber(arg()) do
   local admitted = 1
   local news = {}
   local first = #out + 2
-  out[#out + 1] = 1
+  out[#out + 1] = '1'
   for i, r in ipairs(rules) do
     local key, kind, limit = r[1], r[2], r[3]
     local remaining, reset, retry
@@ -114,11 +119,10 @@ for _ = 1, tonumber(arg()) do
       end
     end
     if retry > 0 then admitted = 0 end
-    out[#out + 1] = remaining
-    out[#out + 1] = math.ceil(reset * 1000)
-    out[#out + 1] = math.ceil(retry * 1000)
+    -- %d: whole numbers in full (tostring would write 1e+15)
+    out[#out + 1] = string.format('%d %d %d', remaining, math.ceil(reset * 1000), math.ceil(retry * 1000))
   end
-  out[first - 1] = admitted
+  out[first - 1] = tostring(admitted)
   if admitted == 1 then
     for i, r in ipairs(rules) do
       local key = r[1]
@@ -143,4 +147,5 @@ for key, args in pairs(added) do
   redis.call('ZADD', key, unpack(args))
   redis.call('PEXPIRE', key, math.ceil(lease * 2000))
 end
-return out
+-- One string, not an array: a client parses one reply instead of ten numbers a request.
+return table.concat(out, ' ')

@@ -103,19 +103,21 @@ class RedisBackend:
         self, admits: list[tuple[Ask, Any]], settles: list[tuple[Ask, int]], refresh: bool
     ) -> list[Verdict]:
         call = _Call(self._prefix)
-        settle_args = [x for s, d in settles for x in (call.ruleset(s.rules), s.lease, d)]
-        admit_args = [x for a, _ in admits for x in (call.ruleset(a.rules), a.lease, a.tokens)]
+        settle_args = [f"{call.ruleset(s.rules)} {s.lease or '-'} {d}" for s, d in settles]
+        admit_args = [f"{call.ruleset(a.rules)} {a.lease or '-'} {a.tokens}" for a, _ in admits]
         refresh_args = self._refreshes(call) if refresh else []
-        argv = [
-            self._lease_s,
-            len(call.sets), *call.set_args,
-            len(settles), *settle_args,
-            len(refresh_args) // 2, *refresh_args,
-            len(admits), *admit_args,
-        ]  # fmt: skip
+        words = " ".join(
+            [
+                str(self._lease_s),
+                str(len(call.sets)), *map(str, call.set_args),
+                str(len(settles)), *settle_args,
+                str(len(refresh_args) // 2), *map(str, refresh_args),
+                str(len(admits)), *admit_args,
+            ]
+        )  # fmt: skip
         async with asyncio.timeout(self._timeout):
-            flat = await self._script(keys=list(call.keys), args=argv)
-        return _verdicts([a for a, _ in admits], flat)
+            reply = await self._script(keys=list(call.keys), args=[words])
+        return _verdicts([a for a, _ in admits], reply.split())
 
     def _refreshes(self, call: _Call) -> list[Any]:
         out: list[Any] = []
@@ -200,14 +202,13 @@ class _Call:
         return index
 
 
-def _verdicts(asks: list[Ask], flat: list[Any]) -> list[Verdict]:
+def _verdicts(asks: list[Ask], flat: list[bytes]) -> list[Verdict]:
     out, i = [], 0
     for ask in asks:
-        admitted = bool(flat[i])
+        admitted = flat[i] == b"1"
         values: list[Values] = []
         for _ in ask.rules:
-            remaining, reset_ms, retry_ms = flat[i + 1 : i + 4]
-            values.append((int(remaining), reset_ms / 1000, retry_ms / 1000))
+            values.append((int(flat[i + 1]), int(flat[i + 2]) / 1000, int(flat[i + 3]) / 1000))
             i += 3
         out.append(Verdict(admitted, ask.rules, values))
         i += 1
