@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import openai
 import pytest
@@ -63,22 +64,20 @@ class Stack:
     def headers(self, path: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {KEY}", VIRTUAL_KEY: path}
 
+    def _sdk_options(self, path: str) -> dict[str, Any]:
+        return {
+            "base_url": self.gateway.url + "/v1",
+            "api_key": KEY,
+            "max_retries": 0,
+            "default_headers": {VIRTUAL_KEY: path},
+        }
+
     def client(self, path: str) -> openai.OpenAI:
         """The openai SDK on the gateway, pinned to a path (close it)."""
-        return openai.OpenAI(
-            base_url=self.gateway.url + "/v1",
-            api_key=KEY,
-            max_retries=0,
-            default_headers={VIRTUAL_KEY: path},
-        )
+        return openai.OpenAI(**self._sdk_options(path))
 
     def async_client(self, path: str) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(
-            base_url=self.gateway.url + "/v1",
-            api_key=KEY,
-            max_retries=0,
-            default_headers={VIRTUAL_KEY: path},
-        )
+        return openai.AsyncOpenAI(**self._sdk_options(path))
 
     def direct(self) -> openai.OpenAI:
         """The openai SDK straight to vLLM's server."""
