@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,14 @@ class Metrics:
         if self.enabled:
             self._child("decisions", model, result, limit, backend).inc()
 
+    def ratelimit_counter(
+        self, model: str, result: str, limit: str, backend: str
+    ) -> Callable[[], None]:
+        if not self.enabled:
+            return _nothing
+        inc: Callable[[], None] = self._child("decisions", model, result, limit, backend).inc
+        return inc
+
     def ratelimit_backend_error(self, mode: str) -> None:
         if self.enabled:
             self._child("backend_errors", mode).inc()
@@ -217,3 +225,7 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _nothing() -> None:
+    return None

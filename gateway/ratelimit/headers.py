@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 
-from gateway.ratelimit.rules import Rule, State, Values, Verdict
+from gateway.ratelimit.rules import Reported, Rule, State, Values, Verdict
+
+RawHeaders = list[tuple[bytes, bytes]]
 
 KIND_WORDS = {
     "requests": "requests per minute (RPM)",
@@ -31,46 +33,39 @@ def duration(seconds: float) -> str:
     return f"{hours}h{minutes}m{secs}" if hours else f"{minutes}m{secs}"
 
 
-_REQUESTS, _TOKENS = (
-    tuple(f"x-ratelimit-{what}-{kind}".encode() for what in ("limit", "remaining", "reset"))
+NAMES = {
+    kind: tuple(f"x-ratelimit-{what}-{kind}".encode() for what in ("limit", "remaining", "reset"))
     for kind in ("requests", "tokens")
-)
+}
 
 
-def ratelimit_headers(verdict: Verdict) -> list[tuple[bytes, bytes]]:
+def ratelimit_headers(verdict: Verdict, reported: Reported) -> RawHeaders:
     """OpenAI's six headers (three per kind that has a limit), for the binding rule of each
-    kind: the one with the fewest left. Per request: one pass, no States."""
-    requests: tuple[Rule, Values] | None = None
-    tokens: tuple[Rule, Values] | None = None
-    for rule, values in zip(verdict.rules, verdict.values):  # noqa: B905 (same length)
-        kind = rule.kind
-        if kind == "requests":
-            if requests is None or _closer(rule, values, requests):
-                requests = (rule, values)
-        elif kind == "tokens" and (tokens is None or _closer(rule, values, tokens)):
-            tokens = (rule, values)
-    out: list[tuple[bytes, bytes]] = []
-    for names, found in ((_REQUESTS, requests), (_TOKENS, tokens)):
-        if found is not None:
-            rule, (remaining, reset_s, _) = found
-            out.append((names[0], rule.limit_header))
-            out.append((names[1], b"%d" % remaining if remaining > 0 else b"0"))
-            out.append((names[2], _reset_value(reset_s)))
+    kind: the one with the fewest left. The rules of each kind are known in advance."""
+    out: RawHeaders = []
+    rules, values = verdict.rules, verdict.values
+    for kind, ix in reported:
+        i = ix[0] if len(ix) == 1 else _binding(rules, values, ix)
+        remaining, reset_s, _ = values[i]
+        out += kind_headers(kind, rules[i].limit_header, remaining, reset_s)
     return out
 
 
-def _closer(rule: Rule, values: Values, best: tuple[Rule, Values]) -> bool:
-    """Fewer left, or as few of a smaller limit."""
-    left, best_left = values[0], best[1][0]
-    return left < best_left or (left == best_left and rule.limit < best[0].limit)
+def kind_headers(kind: str, limit: bytes, remaining: int, reset_s: float) -> RawHeaders:
+    """One kind's three headers. Runs twice a response: the usual reset, under a second, takes
+    no general path."""
+    limit_name, remaining_name, reset_name = NAMES[kind]
+    ms = math.ceil(reset_s * 1000)
+    return [
+        (limit_name, limit),
+        (remaining_name, b"%d" % remaining if remaining > 0 else b"0"),
+        (reset_name, b"%dms" % ms if 0 < ms < 1000 else duration(reset_s).encode()),
+    ]
 
 
-def _reset_value(seconds: float) -> bytes:
-    """duration(), encoded; under a second (the usual case) without the general path."""
-    ms = math.ceil(seconds * 1000)
-    if ms < 1000:
-        return b"%dms" % ms
-    return duration(seconds).encode()
+def _binding(rules: tuple[Rule, ...], values: list[Values], ix: tuple[int, ...]) -> int:
+    """Of several rules of a kind, the one with the fewest left (of those, the smallest)."""
+    return min(ix, key=lambda i: (values[i][0], rules[i].limit))
 
 
 def retry_headers(seconds: float) -> dict[str, str]:

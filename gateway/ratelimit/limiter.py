@@ -31,6 +31,12 @@ class Observer(Protocol):
 
     def ratelimit_decision(self, model: str, result: str, limit: str, backend: str) -> None: ...
 
+    def ratelimit_counter(
+        self, model: str, result: str, limit: str, backend: str
+    ) -> Callable[[], None]:
+        """ratelimit_decision, as a callable to keep: for the decision of every request."""
+        ...
+
     def ratelimit_backend_error(self, mode: str) -> None: ...
 
     def ratelimit_backend_up(self, up: bool) -> None: ...
@@ -78,6 +84,7 @@ class Limiter:
         self._breaker = Breaker(cfg.breaker.failures, cfg.breaker.cooldown_s)
         self._lease_prefix = secrets.token_hex(6) + "-"  # unique per process: leases are shared
         self._lease_count: Iterator[int] = itertools.count(1)
+        self._allowed_counters: dict[tuple[str, str], Callable[[], None]] = {}
 
     async def start(self) -> None:
         if self._redis is not None:
@@ -97,23 +104,36 @@ class Limiter:
             tokens = cost()
             if found.max_tokens is not None and tokens > found.max_tokens:
                 raise self._unfit(found.rules, tokens, label)
-        lease = ""  # names the request's parallel slots in Redis
-        if found.parallel and self._redis is not None:
-            lease = f"{self._lease_prefix}{next(self._lease_count):x}"
-        ask = Ask(found.rules, tokens, lease)
-        backend: Backend | None
-        verdict: Verdict | None
         if self._memory is not None:  # no await: nothing to wait for
-            backend, verdict = self._memory, self._memory.decide(ask)
-        else:
-            backend, verdict = await self._decide(ask, label)
+            ask = Ask(found, tokens, "")
+            headers = self._memory.take(found, tokens)
+            if headers is None:
+                return self._granted(self._memory, ask, self._memory.decide(ask), label)
+            self._allowed(label, self._memory.name)()
+            return Grant(self._memory, ask, headers)
+        lease = ""  # names the request's parallel slots in Redis
+        if found.parallel:
+            lease = f"{self._lease_prefix}{next(self._lease_count):x}"
+        ask = Ask(found, tokens, lease)
+        backend, verdict = await self._decide(ask, label)
         if backend is None or verdict is None:
             self._observer.ratelimit_decision(label, "open", "none", "none")
             return no_grant()
+        return self._granted(backend, ask, verdict, label)
+
+    def _granted(self, backend: Backend, ask: Ask, verdict: Verdict, label: str) -> Grant:
         if not verdict.admitted:
-            raise self._refusal(verdict, tokens, label, backend.name)
-        self._observer.ratelimit_decision(label, "allowed", "none", backend.name)
-        return Grant(backend, ask, ratelimit_headers(verdict))
+            raise self._refusal(verdict, ask, label, backend.name)
+        self._allowed(label, backend.name)()
+        return Grant(backend, ask, ratelimit_headers(verdict, ask.limits.reported))
+
+    def _allowed(self, label: str, backend: str) -> Callable[[], None]:
+        """The counter of admissions: found once per (model, backend), then one call."""
+        inc = self._allowed_counters.get((label, backend))
+        if inc is None:
+            inc = self._observer.ratelimit_counter(label, "allowed", "none", backend)
+            self._allowed_counters[(label, backend)] = inc
+        return inc
 
     async def _decide(self, ask: Ask, label: str) -> tuple[Backend | None, Verdict | None]:
         assert self._redis is not None
@@ -159,14 +179,15 @@ class Limiter:
             headers=retry_headers(max(1.0, self._breaker.retry_in())),
         )
 
-    def _refusal(self, verdict: Verdict, tokens: int, label: str, backend: str) -> RateLimited:
+    def _refusal(self, verdict: Verdict, ask: Ask, label: str, backend: str) -> RateLimited:
         state = max((s for s in verdict.states if s.retry_s > 0), key=lambda s: s.retry_s)
         rule = state.rule
         self._observer.ratelimit_decision(label, "rejected", f"{rule.scope}_{rule.kind}", backend)
         headers = retry_headers(state.retry_s)
-        headers.update((k.decode(), v.decode()) for k, v in ratelimit_headers(verdict))
+        reported = ratelimit_headers(verdict, ask.limits.reported)
+        headers.update((k.decode(), v.decode()) for k, v in reported)
         return RateLimited(
-            refusal_message(state, tokens),
+            refusal_message(state, ask.tokens),
             type="tokens" if rule.kind == "tokens" else "requests",
             headers=headers,
         )

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gateway.ratelimit.rules import WINDOW_S, Ask, Values, Verdict
+from gateway.ratelimit.headers import RawHeaders, kind_headers
+from gateway.ratelimit.rules import WINDOW_S, Ask, RuleSet, Values, Verdict
 
 PARALLEL_RETRY_S = 1.0  # a parallel slot frees when some request ends: no arithmetic says when
 _EPS = 1e-9
@@ -43,7 +44,8 @@ class MemoryBackend:
 
     def decide(self, ask: Ask) -> Verdict:
         """GCRA for every rate rule, a count for every parallel one; writes only if all admit.
-        Written out flat, without helpers: it runs for every request."""
+        The general path, with every rule's values: it explains refusals, and `local` mode
+        runs it (its limits divided). The usual admission takes `take`."""
         now = self._clock()
         limit_at = now + WINDOW_S  # a bucket may be filled up to here
         tats, slots = self._tat, self._slots
@@ -82,27 +84,60 @@ class MemoryBackend:
                 for rule in rules:
                     if rule.kind == "parallel":
                         slots[rule.bucket] = slots.get(rule.bucket, 0) + 1
+        self._counted(now)
+        return Verdict(admitted, rules, values)
+
+    def take(self, found: RuleSet, tokens: int) -> RawHeaders | None:
+        """decide() for the usual case, fused with the headers: admits and returns the
+        response's rate-limit headers, or returns None having written nothing (decide() then
+        explains). No Verdict and no values: it runs for every request. Limits as configured:
+        the `local` fallback, which divides them, decides."""
+        now = self._clock()
+        limit_at = now + WINDOW_S
+        tats, slots = self._tat, self._slots
+        new: list[float] = []
+        for bucket, interval, per_token in found.rates:
+            base = tats.get(bucket, now)
+            tat = (base if base > now else now) + (tokens if per_token else 1) * interval
+            if tat > limit_at + _EPS:
+                return None
+            new.append(tat)
+        for bucket, limit in found.slots:
+            if slots.get(bucket, 0) >= limit:
+                return None
+        for (bucket, _, _), tat in zip(found.rates, new):  # noqa: B905 (same length)
+            tats[bucket] = tat
+        for bucket, _ in found.slots:
+            slots[bucket] = slots.get(bucket, 0) + 1
+        self._counted(now)
+        out: RawHeaders = []
+        for kind, ix in found.reported:
+            i = ix[0] if len(ix) == 1 else _binding(found, new, limit_at, ix)
+            remaining = int((limit_at - new[i]) / found.rates[i][1] + _EPS)
+            out += kind_headers(kind, found.rules[i].limit_header, remaining, new[i] - now)
+        return out
+
+    def settle(self, ask: Ask, delta_tokens: int) -> None:
+        found = ask.limits
+        slots = self._slots
+        for bucket, _ in found.slots:
+            left = slots.get(bucket, 0) - 1
+            if left > 0:
+                slots[bucket] = left
+            else:
+                slots.pop(bucket, None)
+        if not (delta_tokens and found.tokens):
+            return
+        now, tats = self._clock(), self._tat
+        for rule in found.rules[: len(found.rates)]:
+            if rule.kind == "tokens":
+                limit = rule.limit if self._divisor == 1 else rule.scaled(self._divisor).limit
+                tats[rule.bucket] = settle_tat(tats.get(rule.bucket, now), now, limit, delta_tokens)
+
+    def _counted(self, now: float) -> None:
         self._decisions += 1
         if not self._decisions % SWEEP_EVERY:
             self._sweep(now)
-        return Verdict(admitted, rules, values)
-
-    def settle(self, ask: Ask, delta_tokens: int) -> None:
-        now = self._clock()
-        for rule in ask.rules:
-            if rule.kind == "requests":
-                continue
-            if self._divisor != 1:
-                rule = rule.scaled(self._divisor)
-            if rule.kind == "parallel":
-                left = self._slots.get(rule.bucket, 0) - 1
-                if left > 0:
-                    self._slots[rule.bucket] = left
-                else:
-                    self._slots.pop(rule.bucket, None)
-            elif rule.kind == "tokens" and delta_tokens:
-                tat = self._tat.get(rule.bucket, now)
-                self._tat[rule.bucket] = settle_tat(tat, now, rule.limit, delta_tokens)
 
     def _sweep(self, now: float) -> None:
         """Forget buckets that are full again: they read the same as absent ones."""
@@ -110,3 +145,12 @@ class MemoryBackend:
 
     async def aclose(self) -> None:
         return None
+
+
+def _binding(found: RuleSet, tats: list[float], limit_at: float, ix: tuple[int, ...]) -> int:
+    """Of several rules of a kind, the one with the fewest left (of those, the smallest)."""
+
+    def left(i: int) -> tuple[int, int]:
+        return int((limit_at - tats[i]) / found.rates[i][1] + _EPS), found.rules[i].limit
+
+    return min(ix, key=left)

@@ -84,14 +84,46 @@ class Rule:
         return Rule(self.scope, self.kind, limit, self.bucket, self.subject)
 
 
+Reported = tuple[tuple[Kind, tuple[int, ...]], ...]  # per kind in the headers: its rules' indices
+Rate = tuple[str, float, bool]  # a requests or tokens rule: bucket, seconds per unit, per token?
+
+
 @dataclass(frozen=True, slots=True)
 class RuleSet:
-    """The rules of one (key, model), and what kinds they hold (so nobody scans for them)."""
+    """The rules of one (key, model), and what the request path needs to know of them, found
+    once: nobody scans the rules per request. The requests and tokens rules come first, so an
+    index means the same rule in `rules` and in `rates`."""
 
     rules: tuple[Rule, ...]
     tokens: bool
     parallel: bool
     max_tokens: int | None  # the smallest tpm: a reservation above it can never be admitted
+    rates: tuple[Rate, ...]  # the requests and tokens rules, as GCRA reads them
+    slots: tuple[tuple[str, int], ...]  # the parallel rules: bucket, limit
+    reported: Reported  # the requests and tokens rules, which the response headers report
+
+    @classmethod
+    def of(cls, rules: tuple[Rule, ...]) -> RuleSet:
+        rules = tuple(sorted(rules, key=lambda r: r.kind == "parallel"))
+        tpm = [r.limit for r in rules if r.kind == "tokens"]
+        reported = tuple(
+            (kind, ix)
+            for kind in ("requests", "tokens")
+            if (ix := tuple(i for i, r in enumerate(rules) if r.kind == kind))
+        )
+        return cls(
+            rules,
+            tokens=bool(tpm),
+            parallel=any(r.kind == "parallel" for r in rules),
+            max_tokens=min(tpm, default=None),
+            rates=tuple((r.bucket, r.interval, r.kind == "tokens") for r in rules if _rate(r)),
+            slots=tuple((r.bucket, r.limit) for r in rules if not _rate(r)),
+            reported=reported,  # type: ignore[arg-type]
+        )
+
+
+def _rate(rule: Rule) -> bool:
+    return rule.kind != "parallel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,14 +146,7 @@ class RuleBook:
     def rules(self, key_id: str, model: str) -> RuleSet:
         found = self._cache.get((key_id, model))
         if found is None:
-            rules = self._resolve(key_id, model)
-            tpm = [r.limit for r in rules if r.kind == "tokens"]
-            found = RuleSet(
-                rules,
-                tokens=bool(tpm),
-                parallel=any(r.kind == "parallel" for r in rules),
-                max_tokens=min(tpm, default=None),
-            )
+            found = RuleSet.of(self._resolve(key_id, model))
             if model in self._models:
                 self._cache[(key_id, model)] = found
         return found
@@ -163,9 +188,13 @@ class Ask:
     """One admission: every rule that applies, the tokens to reserve, and the lease that holds
     the request's parallel slots."""
 
-    rules: tuple[Rule, ...]
+    limits: RuleSet
     tokens: int
     lease: str
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return self.limits.rules
 
 
 @dataclass(slots=True)  # not frozen: built per request, and frozen ones build slowly

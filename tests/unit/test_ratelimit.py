@@ -3,6 +3,7 @@ headers and messages, the breaker, and the limiter's answers (429, 400, headers)
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import pytest
@@ -13,7 +14,7 @@ from gateway.ratelimit import KeyLimits, Limiter, Limits, RateLimitConfig, RuleB
 from gateway.ratelimit.breaker import Breaker
 from gateway.ratelimit.headers import duration, ratelimit_headers
 from gateway.ratelimit.memory import MemoryBackend, settle_tat
-from gateway.ratelimit.rules import Ask, Rule
+from gateway.ratelimit.rules import Ask, Rule, RuleSet
 
 
 class Clock:
@@ -34,6 +35,11 @@ class Seen:
 
     def ratelimit_decision(self, model: str, result: str, limit: str, backend: str) -> None:
         self.decisions.append((model, result, limit, backend))
+
+    def ratelimit_counter(
+        self, model: str, result: str, limit: str, backend: str
+    ) -> Callable[[], None]:
+        return lambda: self.ratelimit_decision(model, result, limit, backend)
 
     def ratelimit_backend_error(self, mode: str) -> None:
         self.errors.append(mode)
@@ -98,7 +104,7 @@ def test_settle_refunds_down_to_now_and_charges_extra() -> None:
 
 
 def ask(*rules: Rule, tokens: int = 0, lease: str = "l1") -> Ask:
-    return Ask(tuple(rules), tokens, lease)
+    return Ask(RuleSet.of(tuple(rules)), tokens, lease)
 
 
 def test_memory_admits_all_or_nothing() -> None:
@@ -254,7 +260,8 @@ def test_headers_report_the_binding_limit_of_each_kind() -> None:
     mem = MemoryBackend(clock=Clock())
     rules = (rule("requests", 100, "r1"), rule("requests", 3, "r2"), rule("tokens", 50, "t"))
     verdict = mem.decide(ask(*rules, tokens=20))
-    headers = dict((k.decode(), v.decode()) for k, v in ratelimit_headers(verdict))
+    found = RuleSet.of(rules)
+    headers = dict((k.decode(), v.decode()) for k, v in ratelimit_headers(verdict, found.reported))
     assert headers == {
         "x-ratelimit-limit-requests": "3",
         "x-ratelimit-remaining-requests": "2",
@@ -263,6 +270,47 @@ def test_headers_report_the_binding_limit_of_each_kind() -> None:
         "x-ratelimit-remaining-tokens": "30",
         "x-ratelimit-reset-tokens": "24s",
     }
+
+
+def test_take_admits_and_reports_exactly_as_decide() -> None:
+    """The request path's fused `take` against the general `decide`: the same admissions and
+    the same headers, over bursts, refusals, settlements, and several rules of a kind."""
+    rng = random.Random(7)
+    clock = Clock()
+    fast, general = MemoryBackend(clock=clock), MemoryBackend(clock=clock)
+    rules = (
+        rule("parallel", 3, "p"),
+        rule("requests", 40, "r1"),
+        rule("tokens", 5000, "t1"),
+        rule("requests", 25, "r2"),
+        rule("tokens", 9000, "t2"),
+    )
+    found = RuleSet.of(rules)
+    held: list[Ask] = []
+    outcomes = set()
+    for _ in range(600):
+        clock.now += rng.choice((0.0, 0.01, 0.5, 3.0))
+        tokens = rng.randint(1, 400)
+        headers = fast.take(found, tokens)
+        verdict = general.decide(ask(*rules, tokens=tokens))
+        assert (headers is not None) == verdict.admitted
+        outcomes.add(verdict.admitted)
+        if headers is not None:
+            assert headers == ratelimit_headers(verdict, found.reported)
+            held.append(ask(*rules, tokens=tokens))
+        if held and rng.random() < 0.6:
+            done, used = held.pop(rng.randrange(len(held))), rng.randint(0, 500)
+            fast.settle(done, used - done.tokens)
+            general.settle(done, used - done.tokens)
+    assert outcomes == {True, False}
+
+
+def test_rule_sets_put_rate_rules_first() -> None:
+    found = RuleSet.of((rule("parallel", 2, "p"), rule("tokens", 9, "t"), rule("requests", 3)))
+    assert [r.kind for r in found.rules] == ["tokens", "requests", "parallel"]
+    assert found.rates == (("t", 60 / 9, True), ("k:a:r", 20.0, False))
+    assert found.slots == (("p", 2),)
+    assert found.reported == (("requests", (1,)), ("tokens", (0,)))
 
 
 # ---------------------------------------------------------------- breaker
