@@ -19,6 +19,7 @@ import yaml
 
 from gateway.errors import ConfigError, InvalidRequest
 from gateway.ratelimit import BreakerConfig, KeyLimits, Limits, RateLimitConfig
+from gateway.retry import MAX_ATTEMPTS, RetryPolicy
 from gateway.schemas import FIELDS, RequestLimits
 from providers import registry
 from providers.base import Provider, Target
@@ -55,6 +56,7 @@ class ModelConfig:
     targets: tuple[Target, ...]
     weights: tuple[float, ...]
     limits: Limits = field(default_factory=Limits)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +208,9 @@ def _models(
 def _model(alias: str, m: Mapping[str, Any], providers: Mapping[str, Provider]) -> ModelConfig:
     path = f"models.{alias}"
     _known(
-        m, path, ("strategy", "targets", "timeout_s", "defaults", "unsupported_params", "limits")
+        m,
+        path,
+        ("strategy", "targets", "timeout_s", "defaults", "unsupported_params", "limits", "retry"),
     )
     strategy = _one_of(m.get("strategy", "single"), f"{path}.strategy", STRATEGIES)
     policy = _one_of(m.get("unsupported_params", "reject"), f"{path}.unsupported_params", POLICIES)
@@ -227,7 +231,25 @@ def _model(alias: str, m: Mapping[str, Any], providers: Mapping[str, Provider]) 
         targets.append(Target(alias, provider, model, timeout, policy, defaults))  # type: ignore[arg-type]
         weights.append(_number(t.get("weight", 1), f"{tp}.weight"))
     limits = _limits(m.get("limits", {}), f"{path}.limits")
-    return ModelConfig(alias, strategy, tuple(targets), tuple(weights), limits)
+    retry = _retry(m.get("retry", {}), f"{path}.retry")
+    return ModelConfig(alias, strategy, tuple(targets), tuple(weights), limits, retry)
+
+
+def _retry(v: Any, path: str) -> RetryPolicy:
+    r = _mapping(v, path)
+    _known(r, path, ("attempts", "on_status", "backoff_s", "max_backoff_s", "max_wait_s"))
+    d = RetryPolicy()
+    statuses = d.on_status
+    if "on_status" in r:
+        raw = _list(r["on_status"], f"{path}.on_status")
+        statuses = frozenset(_int(c, f"{path}.on_status[{i}]", 400, 599) for i, c in enumerate(raw))
+    return RetryPolicy(
+        attempts=_int(r.get("attempts", d.attempts), f"{path}.attempts", 0, MAX_ATTEMPTS),
+        on_status=statuses,
+        backoff_s=_number(r.get("backoff_s", d.backoff_s), f"{path}.backoff_s"),
+        max_backoff_s=_number(r.get("max_backoff_s", d.max_backoff_s), f"{path}.max_backoff_s"),
+        max_wait_s=_number(r.get("max_wait_s", d.max_wait_s), f"{path}.max_wait_s"),
+    )
 
 
 def _defaults(d: Mapping[str, Any], path: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Alias → ordered targets. Strategies: single, fallback (next target on upstream failure
-before the first byte), loadbalance (one target by weight).
+before the first byte), loadbalance (one target by weight); each target retried per the
+alias's `retry` policy (gateway.retry) before the next is tried.
 
 A virtual key (`x-portkey-virtual-key: NAME`) pins the provider: the alias's target on that
 provider if it has one, otherwise the body's `model` as that provider's model id. A virtual key
@@ -14,16 +15,19 @@ from dataclasses import dataclass
 from gateway.auth import Principal
 from gateway.config import Config, ModelConfig
 from gateway.errors import GatewayError, ModelNotFound, PermissionDenied
+from gateway.retry import RetryPolicy
 from providers.base import Target
 
 # Upstream answers that mean "this target, not this request": worth the next target.
 FALLBACK_STATUSES = frozenset({429, 500, 502, 503, 504})
+NO_RETRY = RetryPolicy()
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     targets: tuple[Target, ...]
     fallback: bool
+    retry: RetryPolicy = NO_RETRY
 
     def should_fall_back(self, err: GatewayError, attempt: int) -> bool:
         return self.fallback and attempt + 1 < len(self.targets) and err.status in FALLBACK_STATUSES
@@ -33,6 +37,9 @@ class Router:
     def __init__(self, config: Config, rng: random.Random | None = None) -> None:
         self._models = config.models
         self._rng = rng or random.Random()
+
+    def jitter(self) -> float:
+        return self._rng.random()
 
     def aliases(self) -> tuple[str, ...]:
         return tuple(self._models)
@@ -54,10 +61,10 @@ class Router:
         model = self.model(principal, alias)
         if model.strategy == "loadbalance":
             (pick,) = self._rng.choices(model.targets, weights=model.weights)
-            return Plan((pick,), fallback=False)
+            return Plan((pick,), fallback=False, retry=model.retry)
         if model.strategy == "fallback":
-            return Plan(model.targets, fallback=True)
-        return Plan(model.targets[:1], fallback=False)
+            return Plan(model.targets, fallback=True, retry=model.retry)
+        return Plan(model.targets[:1], fallback=False, retry=model.retry)
 
     def _virtual(self, principal: Principal, alias: str, name: str) -> Target:
         principal.check_virtual_key(name)  # a key lists only configured providers

@@ -1,14 +1,15 @@
 """Runs a plan against its providers and renders the answer: JSON, or SSE for streams.
 
-Fallback happens only before the first byte reaches the caller; after that the stream either
-completes or ends with an error event.
+Retries and fallback happen only before the first byte reaches the caller; after that the
+stream either completes or ends with an error event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -18,13 +19,14 @@ from gateway.metrics import RequestRecord
 from gateway.routing import Plan
 from gateway.schemas import CompletionRequest, apply_defaults
 from gateway.sse import Envelope, StreamResult, pump
-from providers.base import Prepared
+from providers.base import Prepared, Target
 
 if TYPE_CHECKING:
     from gateway.routes import Ctx
     from gateway.runtime import Runtime
 
 DROPPED_HEADER = b"x-gateway-dropped-params"
+T = TypeVar("T")
 
 
 def _prepare(ctx: Ctx, req: CompletionRequest, plan: Plan, attempt: int) -> Prepared:
@@ -63,29 +65,49 @@ def _error_kind(err: GatewayError) -> str:
     return str(err.upstream_status or err.status)
 
 
-async def serve_json(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -> None:
+Call = Callable[[Target, Prepared], Coroutine[Any, Any, T]]
+
+
+async def _attempt(
+    ctx: Ctx, req: CompletionRequest, plan: Plan, call: Call[T]
+) -> tuple[T, Prepared]:
+    """Each target of the plan in turn, each retried as its policy says, until one answers.
+    A wait between tries ends at once if the caller leaves (ClientGone)."""
     rec: RequestRecord = ctx.record  # type: ignore[assignment]
-    metrics = ctx.runtime.metrics
-    for attempt, target in enumerate(plan.targets):
-        prepared = _prepare(ctx, req, plan, attempt)
-        provider = ctx.runtime.providers[target.provider]
-        rec.provider = target.provider
-        began = time.perf_counter()
-        try:
-            out = await until_disconnect(provider.complete(prepared), ctx.receive)
-        except GatewayError as err:
-            metrics.attempt(target.provider, _error_kind(err))
-            if plan.should_fall_back(err, attempt):
-                continue
-            raise
-        finally:
-            rec.upstream_s += time.perf_counter() - began
-        metrics.attempt(target.provider, None)
-        rec.use(out.get("usage"))
-        await ctx.respond(
-            200, orjson.dumps(_document(out, req, cid)), _headers(JSON_HEADERS, prepared)
-        )
-        return
+    rt = ctx.runtime
+    waited = 0.0
+    for index, target in enumerate(plan.targets):
+        retries = 0
+        while True:
+            prepared = _prepare(ctx, req, plan, index)
+            rec.provider = target.provider
+            began = time.perf_counter()
+            try:
+                result = await until_disconnect(call(target, prepared), ctx.receive)
+            except GatewayError as err:
+                rt.metrics.attempt(target.provider, _error_kind(err))
+                delay = plan.retry.delay(retries, err, waited, rt.router.jitter())
+                if delay is None:
+                    if plan.should_fall_back(err, index):
+                        break
+                    raise
+            else:
+                rt.metrics.attempt(target.provider, None)
+                return result, prepared
+            finally:
+                rec.upstream_s += time.perf_counter() - began
+            retries, waited = retries + 1, waited + delay
+            await until_disconnect(asyncio.sleep(delay), ctx.receive)
+    raise AssertionError("a plan has at least one target")  # pragma: no cover
+
+
+async def serve_json(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -> None:
+    providers = ctx.runtime.providers
+    out, prepared = await _attempt(
+        ctx, req, plan, lambda target, prepared: providers[target.provider].complete(prepared)
+    )
+    ctx.record.use(out.get("usage"))  # type: ignore[union-attr]
+    await ctx.respond(200, orjson.dumps(_document(out, req, cid)), _headers(JSON_HEADERS, prepared))
 
 
 def _document(out: dict[str, Any], req: CompletionRequest, cid: str) -> dict[str, Any]:
@@ -103,26 +125,18 @@ def _document(out: dict[str, Any], req: CompletionRequest, cid: str) -> dict[str
 
 
 async def serve_stream(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -> None:
-    rec: RequestRecord = ctx.record  # type: ignore[assignment]
-    metrics = ctx.runtime.metrics
-    for attempt, target in enumerate(plan.targets):
-        prepared = _prepare(ctx, req, plan, attempt)
-        batches = ctx.runtime.providers[target.provider].stream(prepared).__aiter__()
-        rec.provider = target.provider
-        began = time.perf_counter()
-        try:
-            first = await until_disconnect(_first(batches), ctx.receive)
-        except GatewayError as err:
-            metrics.attempt(target.provider, _error_kind(err))
-            if plan.should_fall_back(err, attempt):
-                continue
-            raise
-        finally:
-            rec.upstream_s += time.perf_counter() - began
-        await ctx.start_stream(_headers(SSE_HEADERS, prepared))
-        await _pump(ctx, req, cid, first, batches, rec)
-        metrics.attempt(target.provider, None)
-        return
+    providers = ctx.runtime.providers
+    streams: list[AsyncIterator[list[dict[str, Any]]]] = []
+
+    async def start(target: Target, prepared: Prepared) -> list[dict[str, Any]]:
+        """The first batch: until it comes, a failure can still be retried or fall back."""
+        batches = providers[target.provider].stream(prepared).__aiter__()
+        streams[:] = [batches]
+        return await _first(batches)
+
+    first, prepared = await _attempt(ctx, req, plan, start)
+    await ctx.start_stream(_headers(SSE_HEADERS, prepared))
+    await _pump(ctx, req, cid, first, streams[0], ctx.record)  # type: ignore[arg-type]
 
 
 async def _pump(

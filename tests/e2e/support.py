@@ -44,10 +44,14 @@ FIREWORKS_MODEL = "accounts/fireworks/models/llama-v3p1-8b-instruct"
 OA, FW, GENERIC = "oa-instruct", "fw-llama", "generic"
 DROP, FAST, DEAD, FALLBACK = "oa-drop", "oa-fast", "dead", "fallback"
 OA_THEN_FW = "oa-then-fw"
+RETRY, RETRY_THEN_FW = "oa-retry", "oa-retry-then-fw"
 OA_TRUNC, FW_TRUNC = "oa-trunc", "fw-trunc"
 SLASHY = "accounts/e2e/models/slashy"
 DIALECT_ALIASES = (OA, FW, GENERIC)  # the scenario suite runs against each
-ALL_ALIASES = (OA, FW, GENERIC, DROP, FAST, OA_TRUNC, FW_TRUNC, DEAD, FALLBACK, OA_THEN_FW, SLASHY)
+ALL_ALIASES = (
+    *(OA, FW, GENERIC, DROP, FAST, OA_TRUNC, FW_TRUNC, DEAD, FALLBACK, OA_THEN_FW, SLASHY),
+    *(RETRY, RETRY_THEN_FW),
+)
 LIMITED_ALIASES = (OA, DROP)
 
 # provider/model as error messages name a target
@@ -61,6 +65,7 @@ UPSTREAM_OF = {OA: "openai", FW: "fireworks", GENERIC: "openai"}
 
 MAX_BODY_BYTES = 64 * 1024
 SMALL_TIMEOUT_S = 0.5
+QUICK_RETRY = {"attempts": 2, "backoff_s": 0.02, "max_backoff_s": 0.05, "max_wait_s": 1}
 CONTEXT_WINDOW = 2048
 
 
@@ -115,6 +120,8 @@ def gateway_config(openai_url: str, fireworks_url: str, dead_port: int) -> str:
             FALLBACK: {"strategy": "fallback", "targets": [dead, oai]},
             OA_THEN_FW: {"strategy": "fallback", "targets": [oai, fw]},
             SLASHY: {"targets": [fw]},
+            RETRY: {"targets": [oai], "retry": QUICK_RETRY},
+            RETRY_THEN_FW: {"strategy": "fallback", "targets": [oai, fw], "retry": QUICK_RETRY},
         },
     }
     assert tuple(config["models"]) == ALL_ALIASES
