@@ -8,7 +8,7 @@ from dataclasses import asdict
 from aiohttp import web
 
 from .errors import UpstreamError
-from .magic import ScriptStep
+from .magic import parse_steps
 from .state import STATE, check_auth, dumps, error_response
 
 
@@ -54,10 +54,12 @@ async def stats(request: web.Request) -> web.Response:
 
 
 async def script(request: web.Request) -> web.Response:
-    """Queue reactions for the next completions requests: a step or a list of steps,
-    `{"status": 503, "notjson": false, "close": false, "delay_ms": 0, "times": 1}`."""
-    data = await request.json()
-    steps = data if isinstance(data, list) else [data]
+    """Queue reactions for the next completions requests: a step or a list of steps (see
+    magic.py, README.md). Nothing is queued when one step is invalid: 400 naming its key."""
+    try:
+        steps = parse_steps(await request.json())
+    except ValueError as exc:  # ScriptError, or a body that is not JSON
+        return web.json_response({"error": str(exc)}, status=400)
     state = request.app[STATE]
-    state.script.steps.extend(ScriptStep.from_json(s) for s in steps)
+    state.script.steps.extend(steps)
     return web.json_response({"queued": len(state.script.steps)})

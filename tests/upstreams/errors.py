@@ -9,6 +9,7 @@ Fireworks: three shapes, as seen in the wild (protocol §7.2): FastAPI validatio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 RETRY_AFTER_S = 7
@@ -26,6 +27,12 @@ class UpstreamError(Exception):
         self.body = body
         self.headers = headers or {}
         self.text = text
+
+    def override_headers(self, extra: Mapping[str, str]) -> None:
+        """Add `extra`, replacing same-named headers whatever their case."""
+        replaced = {name.lower() for name in extra}
+        kept = {k: v for k, v in self.headers.items() if k.lower() not in replaced}
+        self.headers = {**kept, **extra}
 
 
 _OPENAI_TYPES: dict[int, tuple[str, str | None]] = {

@@ -13,20 +13,28 @@ Markers (anywhere in any text prompt of the request):
                           wins on Fireworks)
 
 Per-server scripts (`POST /__script`) let one upstream of several misbehave, which prompt
-markers cannot (every upstream sees the same prompt).
+markers cannot (every upstream sees the same prompt). A step's keys (others: 400):
+  status, notjson, close, delay_ms, times   as the markers above; times -1 = until reset
+  reset: true             like close, but the client sees a TCP RST (SO_LINGER 0)
+  headers: {name: value}  added to the answer (error or not), replacing same-named ones
+  cut_after: k            stream: headers + k events, then the connection closes (no [DONE]);
+                          non-stream: headers + half the body, then it closes
+  stall_after: k, stall_ms: m   stream: k events, m ms of silence, then the rest
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 _STATUS = re.compile(r"__status_(\d{3})(_quota)?__")
 _NOTJSON = re.compile(r"__notjson_(\d{3})__")
 _SLEEP = re.compile(r"__sleep_(\d+)__")
 _EOS = re.compile(r"__eos_(\d+)__")
+_CRLF = re.compile(r"[\r\n]")
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,12 @@ class Magic:
     midstream_error: bool = False
     slow_stream: bool = False
     close: bool = False
+    # Set by /__script steps only (no marker):
+    reset: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+    cut_after: int | None = None
+    stall_after: int | None = None
+    stall_ms: int = 0
 
 
 def _first(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
@@ -65,6 +79,73 @@ def eos_after(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+class ScriptError(ValueError):
+    """A `/__script` step that does not parse; the message names the key (the route's 400)."""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)  # JSON true is no count
+
+
+def _int_at_least(low: int) -> Callable[[Any], bool]:
+    return lambda v: _is_int(v) and v >= low
+
+
+def _is_status(v: Any) -> bool:
+    return v is None or (_is_int(v) and 200 <= v <= 599)
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_headers(v: Any) -> bool:
+    # CR/LF would make aiohttp fail while answering, after the step was used up.
+    return isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(x, str) and k and not _CRLF.search(k + x)
+        for k, x in v.items()
+    )
+
+
+_NON_NEGATIVE = _int_at_least(0)
+STEP_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "status": (_is_status, "an HTTP status 200-599 or null"),
+    "notjson": (_is_bool, "a boolean"),
+    "close": (_is_bool, "a boolean"),
+    "reset": (_is_bool, "a boolean"),
+    "delay_ms": (_NON_NEGATIVE, "an integer >= 0"),
+    "times": (_int_at_least(-1), "an integer >= -1 (-1: until reset)"),
+    "headers": (_is_headers, "an object of non-empty names to string values"),
+    "cut_after": (_NON_NEGATIVE, "an integer >= 0"),
+    "stall_after": (_NON_NEGATIVE, "an integer >= 0"),
+    "stall_ms": (_NON_NEGATIVE, "an integer >= 0"),
+}
+# The server frames the body itself (cut_after cuts it on purpose).
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding"})
+
+
+def check_step(data: Any) -> dict[str, Any]:
+    """`data` if it is a valid step, else ScriptError naming the offending key."""
+    if not isinstance(data, dict):
+        raise ScriptError(f"a step must be an object, got {json.dumps(data)}")
+    for key, value in data.items():
+        if key not in STEP_KEYS:
+            raise ScriptError(f"unknown key {key!r} (known: {', '.join(STEP_KEYS)})")
+        check, expected = STEP_KEYS[key]
+        if not check(value):
+            raise ScriptError(f"{key!r} must be {expected}, got {json.dumps(value)}")
+    check_combination(data)
+    return data
+
+
+def check_combination(data: dict[str, Any]) -> None:
+    framing = sorted(FRAMING_HEADERS & {name.lower() for name in data.get("headers", {})})
+    if framing:
+        raise ScriptError(f"'headers' cannot set {', '.join(framing)} (see cut_after)")
+    if ("stall_after" in data) != ("stall_ms" in data):
+        raise ScriptError("'stall_after' and 'stall_ms' go together")
+
+
 @dataclass
 class ScriptStep:
     """One scripted reaction to the next completions request(s) of this server."""
@@ -72,30 +153,46 @@ class ScriptStep:
     status: int | None = None
     notjson: bool = False
     close: bool = False
+    reset: bool = False  # like close, with a TCP RST
     delay_ms: int = 0
     times: int = 1  # -1: until /__reset
+    headers: dict[str, str] = field(default_factory=dict)
+    cut_after: int | None = None
+    stall_after: int | None = None
+    stall_ms: int = 0
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ScriptStep:
-        return cls(
-            status=data.get("status"),
-            notjson=bool(data.get("notjson", False)),
-            close=bool(data.get("close", False)),
-            delay_ms=int(data.get("delay_ms", 0)),
-            times=int(data.get("times", 1)),
-        )
+    def from_json(cls, data: Any) -> ScriptStep:
+        """A step from `/__script` JSON; ScriptError (a ValueError) when it is not one."""
+        return cls(**check_step(data))
 
     def as_magic(self, magic: Magic) -> Magic:
         """A request's markers with this step laid over them."""
-        return Magic(
+        return replace(
+            magic,
             status=self.status if self.status and not self.notjson else magic.status,
             quota=magic.quota and not self.status,
             notjson=self.status if self.status and self.notjson else magic.notjson,
             sleep_ms=self.delay_ms or magic.sleep_ms,
-            midstream_error=magic.midstream_error,
-            slow_stream=magic.slow_stream,
             close=self.close or magic.close,
+            reset=self.reset,
+            headers=self.headers,
+            cut_after=self.cut_after,
+            stall_after=self.stall_after,
+            stall_ms=self.stall_ms,
         )
+
+
+def parse_steps(data: Any) -> list[ScriptStep]:
+    """The body of `/__script` (a step or a list of steps); ScriptError names step and key."""
+    items = data if isinstance(data, list) else [data]
+    steps = []
+    for i, item in enumerate(items):
+        try:
+            steps.append(ScriptStep.from_json(item))
+        except ScriptError as exc:
+            raise ScriptError(f"step {i}: {exc}") from None
+    return steps
 
 
 @dataclass

@@ -244,7 +244,9 @@ class ScriptedUpstream(ServerProcess):
         if self._http is None:
             self._http = httpx.Client(base_url=self.root, timeout=5.0, trust_env=False)
         r = self._http.request(method, path, json=payload)
-        r.raise_for_status()
+        if r.is_error:  # with the server's reason (e.g. which /__script key is wrong)
+            message = f"{method} {path}: {r.status_code} {r.text}"
+            raise httpx.HTTPStatusError(message, request=r.request, response=r)
         return r.json()
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
@@ -269,7 +271,8 @@ class ScriptedUpstream(ServerProcess):
         return result
 
     def script(self, *steps: dict[str, Any]) -> None:
-        """Queue reactions to the next requests, e.g. script({"status": 503, "times": 2})."""
+        """Queue reactions to the next requests, e.g. script({"status": 503, "times": 2});
+        an invalid step raises httpx.HTTPStatusError naming the key, and queues nothing."""
         self._control("POST", "/__script", list(steps))
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import socket
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 from aiohttp import web
@@ -70,19 +72,52 @@ async def answer(
     step = state.script.take()
     if step is not None:
         magic = step.as_magic(magic)
+    try:
+        return await react(request, state, body, magic, seq)
+    except UpstreamError as exc:
+        exc.override_headers(magic.headers)
+        raise
+
+
+async def react(
+    request: web.Request, state: ServerState, body: Any, magic: Magic, seq: int
+) -> web.StreamResponse:
+    """Everything after auth and the script step: the order of the README."""
     if magic.sleep_ms:
         await asyncio.sleep(magic.sleep_ms / 1000)
-    if magic.close:
-        return drop_connection(request)
+    if magic.close or magic.reset:
+        return drop_connection(request, reset=magic.reset)
     fail_fast(state.dialect, magic)
     params = state.dialect.parse(body, state.window)
     if state.strict_models and params.model not in state.models:
         raise state.dialect.model_not_found(params.model)
     if params.stream:
         return await stream(request, state, params, magic, seq)
+    return await reply_json(request, state, params, magic)
+
+
+async def reply_json(
+    request: web.Request, state: ServerState, params: Params, magic: Magic
+) -> web.StreamResponse:
     result = build(params, state.dialect.include_stop, state.window)
     headers = state.dialect.headers(params, result)
-    return web.json_response(state.dialect.body(params, result), headers=headers, dumps=dumps)
+    resp = web.json_response(state.dialect.body(params, result), headers=headers, dumps=dumps)
+    resp.headers.update(magic.headers)
+    if magic.cut_after is not None:
+        return await send_cut_body(request, resp)
+    return resp
+
+
+async def send_cut_body(request: web.Request, full: web.Response) -> web.StreamResponse:
+    """`full`'s status line, headers (its true Content-Length) and half its body, then the
+    connection closes: the client sees a body shorter than announced."""
+    body = full.body
+    assert isinstance(body, bytes)
+    resp = web.StreamResponse(status=full.status, headers=full.headers)
+    resp.content_length = len(body)
+    await resp.prepare(request)
+    await resp.write(body[: len(body) // 2])
+    return drop_connection(request, flush=True)
 
 
 def fail_fast(dialect: Dialect, magic: Magic) -> None:
@@ -96,11 +131,20 @@ class Dropped(asyncio.CancelledError):
     """The handler ends after closing the socket itself; aiohttp treats it as cancelled."""
 
 
-def drop_connection(request: web.Request) -> web.StreamResponse:
-    """Close the socket where it stands (no answer, or a cut stream): the client sees a
-    disconnect."""
-    if request.transport is not None:
-        request.transport.abort()
+def drop_connection(request: web.Request, *, reset: bool = False, flush: bool = False) -> NoReturn:
+    """Close the socket where it stands (no answer, or a cut body): the client sees a
+    disconnect. `flush`: what was written goes out first (a cut after exactly k events);
+    `reset`: the client sees a TCP RST (connection reset) instead of a FIN."""
+    transport = request.transport
+    if transport is not None:
+        sock = transport.get_extra_info("socket")
+        if reset and sock is not None:
+            # Linger on, timeout 0: close() discards the connection with an RST.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        if flush:
+            transport.close()
+        else:
+            transport.abort()
     raise Dropped
 
 
@@ -129,6 +173,8 @@ def slow_params(params: Params) -> Params:
 
 def stream_payloads(dialect: Dialect, params: Params, result: Result, magic: Magic) -> list[bytes]:
     events = [sse(e) for e in dialect.stream_events(params, result)]
+    if magic.cut_after is not None:
+        return events[: magic.cut_after]
     if not magic.midstream_error:
         return [*events, DONE]
     error = dialect.midstream_error_event()
@@ -152,25 +198,27 @@ async def stream(
             **dialect.headers(params, result),
         }
     )
+    resp.headers.update(magic.headers)
     await resp.prepare(request)
     state.stats.streams_started += 1
     delay = SLOW_DELAY_S if magic.slow_stream else state.chunk_delay_s
-    return await send_stream(request, resp, payloads, delay, state, seq)
+    pace = Pace(delay, magic.stall_after, magic.stall_ms / 1000)
+    return await send_stream(request, resp, payloads, pace, state, seq)
 
 
 async def send_stream(
     request: web.Request,
     resp: web.StreamResponse,
     payloads: list[bytes],
-    delay: float,
+    pace: Pace,
     state: ServerState,
     seq: int,
 ) -> web.StreamResponse:
     sent = Sent()
     try:
-        await write_all(resp, payloads, delay, sent)
-        if payloads[-1] != DONE:
-            return drop_connection(request)
+        await write_all(resp, payloads, pace, sent)
+        if payloads[-1:] != [DONE]:  # cut: the client gets the events, then no end
+            return drop_connection(request, flush=True)
         await resp.write_eof()
     except ConnectionError:
         note_disconnect(state, seq, sent.value)
@@ -189,12 +237,27 @@ class Sent:
     value: int = 0
 
 
+@dataclass(frozen=True)
+class Pace:
+    """When stream events go out: `delay` s between events, and a `stall` s silence before
+    event `stall_after` (none when the stream is shorter)."""
+
+    delay: float = 0.0
+    stall_after: int | None = None
+    stall: float = 0.0
+
+    def pause_before(self, index: int) -> float:
+        pause = self.delay if index else 0.0
+        return pause + (self.stall if index == self.stall_after else 0.0)
+
+
 async def write_all(
-    resp: web.StreamResponse, payloads: Sequence[bytes], delay: float, sent: Sent
+    resp: web.StreamResponse, payloads: Sequence[bytes], pace: Pace, sent: Sent
 ) -> None:
     for payload in payloads:
-        if delay and sent.value:
-            await asyncio.sleep(delay)
+        pause = pace.pause_before(sent.value)
+        if pause:
+            await asyncio.sleep(pause)
         await resp.write(payload)
         sent.value += 1
 

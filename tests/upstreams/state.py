@@ -22,7 +22,7 @@ class Stats:
     completed_streams: int = 0
     disconnects: int = 0  # streams whose client went away before the end
     cancelled: int = 0  # non-stream requests whose client went away before the answer
-    dropped: int = 0  # connections closed on purpose (__close__, Fireworks mid-stream error)
+    dropped: int = 0  # closed on purpose: __close__, close/reset/cut_after steps, Fireworks cut
     disconnect_events: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -93,8 +93,11 @@ def loads(raw: bytes) -> Any:
 
 def error_response(exc: UpstreamError) -> web.Response:
     if exc.text:
-        return web.Response(status=exc.status, text=str(exc.body), headers=exc.headers)
-    return web.json_response(exc.body, status=exc.status, headers=exc.headers, dumps=dumps)
+        resp = web.Response(status=exc.status, text=str(exc.body))
+    else:
+        resp = web.json_response(exc.body, status=exc.status, dumps=dumps)
+    resp.headers.update(exc.headers)  # after: a scripted Content-Type may replace the body's
+    return resp
 
 
 def check_auth(state: ServerState, request: web.Request) -> None:

@@ -3,11 +3,14 @@ normalisation is tested against."""
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 import pytest
@@ -236,6 +239,161 @@ def _wait_for(up: ScriptedUpstream, cond: Callable[[Json], bool], timeout: float
         if cond(stats) or time.monotonic() > deadline:
             return stats
         time.sleep(0.02)
+
+
+# ----------------------------------------------------------------------------- script faults
+
+
+def test_script_headers_replace_dialect_ones(
+    client: httpx.Client, scripted_openai: ScriptedUpstream
+) -> None:
+    scripted_openai.script({"status": 429, "headers": {"Retry-After": "0", "retry-after-ms": "50"}})
+    r = post(client, scripted_openai, {"prompt": "p"})
+    assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limit_exceeded"
+    assert r.headers.get_list("retry-after") == ["0"]
+    assert r.headers.get_list("retry-after-ms") == ["50"]
+
+
+def test_script_headers_on_errors_and_answers(
+    client: httpx.Client, scripted_fireworks: ScriptedUpstream
+) -> None:
+    extra = {"x-extra": "1", "Fireworks-Prompt-Tokens": "99"}
+    scripted_fireworks.script(
+        {"status": 503, "headers": {"x-should-retry": "false"}}, {"headers": extra, "times": 2}
+    )
+    r = post(client, scripted_fireworks, {"prompt": "p"})
+    assert r.status_code == 503 and r.headers["x-should-retry"] == "false"
+    assert "fault" in r.json()
+    plain = post(client, scripted_fireworks, {"prompt": "p"})
+    streamed = post(client, scripted_fireworks, {"prompt": "p", "stream": True})
+    for resp in (plain, streamed):
+        assert resp.status_code == 200 and resp.headers["x-extra"] == "1"
+        assert resp.headers.get_list("fireworks-prompt-tokens") == ["99"]
+    assert sse_events(streamed.text)[-1] == "[DONE]"
+
+
+STREAM_BODY: Json = {"prompt": "p", "max_tokens": 4, "stream": True}
+
+
+def open_stream(
+    client: httpx.Client, up: ScriptedUpstream, body: Json
+) -> AbstractContextManager[httpx.Response]:
+    """`client.stream` of a completions request: the response as soon as its headers are in."""
+    headers = {"Authorization": f"Bearer {_key(up)}"}
+    url = up.url + "/completions"
+    return client.stream("POST", url, json={"model": "m", **body}, headers=headers)
+
+
+@pytest.mark.parametrize("k", [0, 2])
+async def test_script_cut_stream_after_k_events(scripted_openai: ScriptedUpstream, k: int) -> None:
+    scripted_openai.script({"cut_after": k})
+    headers = {"Authorization": f"Bearer {OPENAI_TEST_KEY}"}
+    body = {"model": "m", **STREAM_BODY}
+    lines: list[bytes] = []
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(scripted_openai.url + "/completions", json=body, headers=headers) as r,
+    ):
+        assert r.status == 200 and r.headers["content-type"] == "text/event-stream"
+        with pytest.raises(aiohttp.ClientPayloadError):  # no [DONE], no end of body
+            async for line in r.content:
+                lines.append(line)
+    events = sse_events(b"".join(lines).decode())
+    assert len(events) == k and "[DONE]" not in events
+    assert [e["outcome"] for e in scripted_openai.requests()] == ["dropped"]
+    assert scripted_openai.stats()["dropped"] == 1
+
+
+def test_script_cut_body(client: httpx.Client, scripted_openai: ScriptedUpstream) -> None:
+    scripted_openai.script({"cut_after": 1})
+    got = bytearray()
+    with open_stream(client, scripted_openai, {"prompt": "p"}) as r:
+        assert r.status_code == 200 and r.headers["x-request-id"].startswith("req_")
+        with pytest.raises(httpx.RemoteProtocolError):
+            for part in r.iter_raw():
+                got += part
+    assert 0 < len(got) < int(r.headers["content-length"])
+    assert scripted_openai.requests()[0]["outcome"] == "dropped"
+
+
+def _raw_post(up: ScriptedUpstream) -> socket.socket:
+    """A completions request on a plain socket, to see how the server ends the connection."""
+    body = orjson.dumps({"model": "m", "prompt": "p"})
+    head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {_key(up)}\r\n"
+    head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    sock = socket.create_connection((up.host, up.port), timeout=10.0)
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def test_script_reset_is_a_tcp_rst(client: httpx.Client, scripted_openai: ScriptedUpstream) -> None:
+    scripted_openai.script({"reset": True, "times": 2}, {"close": True})
+    with _raw_post(scripted_openai) as sock, pytest.raises(ConnectionResetError):
+        sock.recv(1024)
+    with pytest.raises(httpx.ReadError, match="reset"):
+        post(client, scripted_openai, {"prompt": "p"})
+    with pytest.raises(httpx.RemoteProtocolError):  # close: a clean FIN, no answer
+        post(client, scripted_openai, {"prompt": "p"})
+    assert [e["outcome"] for e in scripted_openai.requests()] == ["dropped"] * 3
+
+
+def test_script_stall_between_events(
+    client: httpx.Client, scripted_openai: ScriptedUpstream
+) -> None:
+    scripted_openai.script({"stall_after": 2, "stall_ms": 300, "times": 2})
+    start = time.monotonic()
+    lines: list[str] = []
+    arrivals: list[float] = []
+    with open_stream(client, scripted_openai, STREAM_BODY) as r:
+        for line in r.iter_lines():
+            if line:
+                lines.append(line)
+                arrivals.append(time.monotonic())
+    assert arrivals[2] - start >= 0.3 and arrivals[-1] - start < 10.0
+    assert sse_events("\n".join(lines))[-1] == "[DONE]"
+    assert post(client, scripted_openai, {"prompt": "p"}).status_code == 200  # non-stream: ignored
+    assert [e["outcome"] for e in scripted_openai.requests()] == ["completed_stream", "ok"]
+
+
+def test_script_delay_comes_before_stream_headers(
+    client: httpx.Client, scripted_openai: ScriptedUpstream
+) -> None:
+    scripted_openai.script({"delay_ms": 300})
+    start = time.monotonic()
+    with open_stream(client, scripted_openai, STREAM_BODY) as r:
+        assert time.monotonic() - start >= 0.3  # the headers came after the delay
+        assert sse_events(r.read().decode())[-1] == "[DONE]"
+
+
+@pytest.mark.parametrize(
+    ("step", "named"),
+    [
+        ({"dalay_ms": 5}, "'dalay_ms'"),
+        ({"times": "2"}, "'times'"),
+        ({"close": 1}, "'close'"),
+        ({"status": True}, "'status'"),
+        ({"headers": {"retry-after": 1}}, "'headers'"),
+        ({"headers": {"Content-Length": "3"}}, "content-length"),
+        ({"cut_after": -1}, "'cut_after'"),
+        ({"stall_after": 2}, "'stall_ms'"),
+        ("close", "object"),
+    ],
+)
+def test_script_rejects_bad_steps(
+    client: httpx.Client, scripted_openai: ScriptedUpstream, step: Any, named: str
+) -> None:
+    legacy = {"status": 503, "notjson": False, "close": False, "delay_ms": 0, "times": 1}
+    r = client.post(scripted_openai.root + "/__script", json=[legacy, step])
+    assert r.status_code == 400
+    assert r.json()["error"].startswith("step 1: ") and named in r.json()["error"]
+    assert post(client, scripted_openai, {"prompt": "p"}).status_code == 200  # nothing queued
+    scripted_openai.script(legacy)
+    assert post(client, scripted_openai, {"prompt": "p"}).status_code == 503
+
+
+def test_script_helper_raises_with_the_reason(scripted_openai: ScriptedUpstream) -> None:
+    with pytest.raises(httpx.HTTPStatusError, match=r"400.*unknown key 'dalay_ms'"):
+        scripted_openai.script({"dalay_ms": 5})
 
 
 def test_models(client: httpx.Client, scripted_openai: ScriptedUpstream) -> None:
