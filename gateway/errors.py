@@ -15,7 +15,9 @@
     ├── ServiceUnavailable            503 (not ready / shutting down)
     └── UpstreamError                 status mapped from the upstream's (see providers)
         ├── UpstreamUnreachable       502
-        └── UpstreamTimeout           504
+        ├── UpstreamTimeout           504
+        ├── RequestTimeout            408 (Portkey's request_timeout ran out)
+        └── CircuitOpen               503 code=circuit_open (every target skipped)
 
 Before the first byte an error is a JSON response; after it, an SSE `data: {"error": …}` event.
 """
@@ -151,6 +153,23 @@ class UpstreamTimeout(UpstreamError):
     status = 504
     type = "timeout_error"
     code = "upstream_timeout"
+
+
+class RequestTimeout(UpstreamError):
+    """Portkey's `request_timeout` ran out: a 408 as Portkey fabricates it (the openai SDK
+    retries a 408)."""
+
+    status = 408
+    type = "timeout_error"
+    code = None
+
+
+class CircuitOpen(UpstreamError):
+    """The target was skipped: its circuit breaker is open after repeated failures."""
+
+    status = 503
+    type = "server_error"
+    code = "circuit_open"
 
 
 class ConfigError(ValueError):

@@ -28,6 +28,8 @@ from prometheus_client import (
     multiprocess,
 )
 
+from gateway.circuits import STATE_NAMES
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 OPERATION = "text_completion"
 OTHER_MODEL = "other"
@@ -69,10 +71,18 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
         "Streams: time per output token after the first.",
         GENAI_SERVER, {"buckets": TPOT_BUCKETS}),
     "attempts": (Counter, "gateway_upstream_attempts",
-        "Calls to providers, by outcome (ok, error).", ("provider", "outcome"), {}),
+        "Calls to providers, by outcome (ok, error; skipped: not made, the circuit was open).",
+        ("provider", "outcome"), {}),
     "upstream_errors": (Counter, "gateway_upstream_errors",
         "Failed provider calls, by kind (the upstream's status, timeout or unreachable).",
         ("provider", "kind"), {}),
+    "circuit_state": (Gauge, "gateway_circuit_state",
+        "Circuit breaker of a target: 0 closed, 1 half-open (probing), 2 open (skipped). "
+        "upstream_model `*`: the provider's models that are not in the config.",
+        ("provider", "upstream_model"), {"multiprocess_mode": "livemax"}),
+    "circuit_transitions": (Counter, "gateway_circuit_transitions",
+        "Circuit breaker changes, by the state entered.",
+        ("provider", "upstream_model", "state"), {}),
     "inflight": (Gauge, "gateway_inflight_requests", "Completion requests being served.",
         (), {"multiprocess_mode": "livesum"}),
     "decisions": (Counter, "gateway_ratelimit_decisions",
@@ -177,6 +187,17 @@ class Metrics:
         self._child("attempts", provider, "ok" if error_kind is None else "error").inc()
         if error_kind is not None:
             self._child("upstream_errors", provider, error_kind).inc()
+
+    def skipped(self, provider: str) -> None:
+        if self.enabled:
+            self._child("attempts", provider, "skipped").inc()
+
+    def circuit(self, provider: str, model: str, state: int, moved: bool) -> None:
+        if not self.enabled:
+            return
+        self._child("circuit_state", provider, model).set(state)
+        if moved:
+            self._child("circuit_transitions", provider, model, STATE_NAMES[state]).inc()
 
     def ratelimit_decision(self, model: str, result: str, limit: str, backend: str) -> None:
         if self.enabled:

@@ -1,45 +1,63 @@
-"""Alias → ordered targets. Strategies: single, fallback (next target on upstream failure
-before the first byte), loadbalance (one target by weight); each target retried per the
-alias's `retry` policy (gateway.retry) before the next is tried.
+"""Alias → plan: the routing tree a request runs through (gateway.strategy), and how its leaves
+become targets. gateway.attempts runs it (retries, fallback, breakers).
 
 A virtual key (`x-portkey-virtual-key: NAME`) pins the provider: the alias's target on that
-provider if it has one, otherwise the body's `model` as that provider's model id. A virtual key
-never widens a key's aliases: a configured alias still needs the key's permission.
+provider if it has one, otherwise the body's `model` as that provider's model id. A Portkey
+config (`x-portkey-config`) brings its own tree, whose targets name providers the same way. A
+virtual key or a config never widens a key's rights: each provider it names must be among the
+key's `providers`, and a configured alias still needs the key's permission.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.auth import Principal
 from gateway.config import Config, ModelConfig
-from gateway.errors import GatewayError, ModelNotFound, PermissionDenied
-from gateway.retry import RetryPolicy
+from gateway.errors import ModelNotFound, PermissionDenied
+from gateway.strategy import Group, Leaf, Node, leaves
 from providers.base import Target
-
-# Upstream answers that mean "this target, not this request": worth the next target.
-FALLBACK_STATUSES = frozenset({429, 500, 502, 503, 504})
-NO_RETRY = RetryPolicy()
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    targets: tuple[Target, ...]
-    fallback: bool
-    retry: RetryPolicy = NO_RETRY
+    root: Node
+    resolve: Callable[[Leaf], Target]  # a leaf's target for this request
+    portkey: bool = False  # a Portkey config chose it: answer with Portkey's response headers
 
-    def should_fall_back(self, err: GatewayError, attempt: int) -> bool:
-        return self.fallback and attempt + 1 < len(self.targets) and err.status in FALLBACK_STATUSES
+    def first(self) -> Target:
+        """The target tried first (a loadbalance's first child stands for the group): what
+        the rate limiter's reservation is estimated for."""
+        node = self.root
+        while isinstance(node, Group):
+            node = node.children[0]
+        return self.resolve(node)
+
+
+def _configured(leaf: Leaf) -> Target:
+    assert leaf.target is not None  # a model alias's leaves are built with their targets
+    return leaf.target
 
 
 class Router:
     def __init__(self, config: Config, rng: random.Random | None = None) -> None:
         self._models = config.models
+        self._plans = {alias: Plan(m.tree, _configured) for alias, m in config.models.items()}
         self._rng = rng or random.Random()
 
     def jitter(self) -> float:
         return self._rng.random()
+
+    def pick(self, weights: list[float]) -> int:
+        """An index with probability weight / sum (Portkey's loadbalance)."""
+        point = self._rng.random() * sum(weights)
+        for i, w in enumerate(weights):
+            if point < w:
+                return i
+            point -= w
+        return max(range(len(weights)), key=weights.__getitem__)  # rounding at the very end
 
     def aliases(self) -> tuple[str, ...]:
         return tuple(self._models)
@@ -55,23 +73,32 @@ class Router:
             raise PermissionDenied(f"This API key may not use the model `{alias}`.", param="model")
         return model
 
-    def plan(self, principal: Principal, alias: str, virtual_key: str | None) -> Plan:
-        if virtual_key is not None:
-            return Plan((self._virtual(principal, alias, virtual_key),), fallback=False)
-        model = self.model(principal, alias)
-        if model.strategy == "loadbalance":
-            (pick,) = self._rng.choices(model.targets, weights=model.weights)
-            return Plan((pick,), fallback=False, retry=model.retry)
-        if model.strategy == "fallback":
-            return Plan(model.targets, fallback=True, retry=model.retry)
-        return Plan(model.targets[:1], fallback=False, retry=model.retry)
-
-    def _virtual(self, principal: Principal, alias: str, name: str) -> Target:
-        principal.check_virtual_key(name)  # a key lists only configured providers
-        model = self._models.get(alias)
-        if model is not None:
+    def plan(
+        self,
+        principal: Principal,
+        alias: str,
+        virtual_key: str | None,
+        config: Node | None = None,
+    ) -> Plan:
+        if config is None and virtual_key is None:
+            self.model(principal, alias)
+            return self._plans[alias]
+        root = config if config is not None else Leaf(virtual_key or "", None, "virtual_key")
+        for leaf in leaves(root):
+            principal.check_virtual_key(leaf.provider)  # a key lists only configured providers
+        if alias in self._models:
             self.model(principal, alias)  # 403 for an alias the key may not use
-        for target in model.targets if model else ():
-            if target.provider == name:
+
+        def resolve(leaf: Leaf) -> Target:
+            return leaf.target or self._target(alias, leaf.provider, leaf.model)
+
+        return Plan(root, resolve, portkey=config is not None)
+
+    def _target(self, alias: str, provider: str, model: str | None) -> Target:
+        """The alias's target on `provider` (with that model, if one is named), else the
+        provider's model `model` (default: the alias) with default settings."""
+        configured = self._models.get(alias)
+        for target in configured.targets if configured else ():
+            if target.provider == provider and model in (None, target.model):
                 return target
-        return Target(alias=alias, provider=name, model=alias)
+        return Target(alias=alias, provider=provider, model=model or alias)

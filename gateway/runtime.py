@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from gateway.auth import Authenticator
+from gateway.circuits import Board
 from gateway.config import Config
 from gateway.metrics import Metrics
 from gateway.ratelimit import Limiter, RuleBook
@@ -23,6 +24,7 @@ class Runtime:
     providers: dict[str, Provider]
     limiter: Limiter
     metrics: Metrics
+    circuits: Board
     created: int = field(default_factory=lambda: int(time.time()))
     started: bool = False
 
@@ -34,8 +36,16 @@ class Runtime:
             {alias: m.limits for alias, m in config.models.items()},
         )
         limiter = Limiter(config.rate_limit, book, metrics)
+        circuits = Board(config.circuits, metrics.circuit)
+        circuits.configure(config.circuits, _targets(config))
         return cls(
-            config, Authenticator(config), Router(config), dict(config.providers), limiter, metrics
+            config,
+            Authenticator(config),
+            Router(config),
+            dict(config.providers),
+            limiter,
+            metrics,
+            circuits,
         )
 
     async def start(self) -> None:
@@ -55,3 +65,8 @@ class Runtime:
     def model_label(self, model: str) -> str:
         """The metrics label of a requested model: configured aliases only (bounded)."""
         return model if model in self.config.models else "other"
+
+
+def _targets(config: Config) -> set[tuple[str, str]]:
+    """Every (provider, model) the config names: each gets a breaker of its own."""
+    return {(t.provider, t.model) for m in config.models.values() for t in m.targets}

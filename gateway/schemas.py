@@ -353,3 +353,11 @@ def apply_defaults(req: CompletionRequest, defaults: Mapping[str, Any]) -> Compl
         fields=missing | req.fields,
         max_tokens=missing.get("max_tokens", req.max_tokens),
     )
+
+
+def apply_overrides(
+    req: CompletionRequest, overrides: Mapping[str, Any], limits: RequestLimits
+) -> CompletionRequest:
+    """Portkey's override_params: they win over the caller's fields (`{...body, ...override}`),
+    and the result is checked as a whole, as a caller's request would be."""
+    return validate_completion({**req.fields, **overrides}, limits)

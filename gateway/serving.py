@@ -6,18 +6,17 @@ stream either completes or ends with an error event.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
+from gateway.attempts import Attempts, Call
 from gateway.http import JSON_HEADERS, SSE_HEADERS, RawHeaders, until_disconnect
 from gateway.metrics import RequestRecord
 from gateway.routing import Plan
-from gateway.schemas import CompletionRequest, apply_defaults
+from gateway.schemas import CompletionRequest
 from gateway.sse import Envelope, StreamResult, pump
 from providers.base import Prepared, Target
 
@@ -29,12 +28,6 @@ DROPPED_HEADER = b"x-gateway-dropped-params"
 T = TypeVar("T")
 
 
-def _prepare(ctx: Ctx, req: CompletionRequest, plan: Plan, attempt: int) -> Prepared:
-    target = plan.targets[attempt]
-    provider = ctx.runtime.providers[target.provider]
-    return provider.prepare(apply_defaults(req, target.defaults), target)
-
-
 def _headers(base: RawHeaders, prepared: Prepared) -> RawHeaders:
     if not prepared.dropped:
         return base
@@ -44,7 +37,7 @@ def _headers(base: RawHeaders, prepared: Prepared) -> RawHeaders:
 def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> int:
     """The tokens a request may use: its prompts (the serving provider's tokenizer where the
     gateway has one, else 4 bytes a token) plus max_tokens for every generated choice."""
-    target = plan.targets[0]
+    target = plan.first()
     max_tokens = req.max_tokens
     if "max_tokens" not in req.fields:
         max_tokens = target.defaults.get("max_tokens", max_tokens)
@@ -57,53 +50,31 @@ def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> int:
     return prompt + max_tokens * req.n_prompts * max(req.n, req.best_of or 1)
 
 
-def _error_kind(err: GatewayError) -> str:
-    if isinstance(err, UpstreamTimeout):
-        return "timeout"
-    if isinstance(err, UpstreamUnreachable):
-        return "unreachable"
-    return str(err.upstream_status or err.status)
+async def _run(ctx: Ctx, req: CompletionRequest, plan: Plan, call: Call[T]) -> tuple[T, Prepared]:
+    """The plan's attempts; a Portkey config's requests learn what answered, and after how
+    many retries (also when nothing did)."""
+    attempts = Attempts(ctx, req, plan, call)
+    try:
+        result = await attempts.run()
+    finally:
+        if plan.portkey and attempts.used is not None:
+            ctx.out_headers = [*ctx.out_headers, *portkey_headers(attempts)]
+    assert attempts.prepared is not None
+    return result, attempts.prepared
 
 
-Call = Callable[[Target, Prepared], Coroutine[Any, Any, T]]
-
-
-async def _attempt(
-    ctx: Ctx, req: CompletionRequest, plan: Plan, call: Call[T]
-) -> tuple[T, Prepared]:
-    """Each target of the plan in turn, each retried as its policy says, until one answers.
-    A wait between tries ends at once if the caller leaves (ClientGone)."""
-    rec: RequestRecord = ctx.record  # type: ignore[assignment]
-    rt = ctx.runtime
-    waited = 0.0
-    for index, target in enumerate(plan.targets):
-        retries = 0
-        while True:
-            prepared = _prepare(ctx, req, plan, index)
-            rec.provider = target.provider
-            began = time.perf_counter()
-            try:
-                result = await until_disconnect(call(target, prepared), ctx.receive)
-            except GatewayError as err:
-                rt.metrics.attempt(target.provider, _error_kind(err))
-                delay = plan.retry.delay(retries, err, waited, rt.router.jitter())
-                if delay is None:
-                    if plan.should_fall_back(err, index):
-                        break
-                    raise
-            else:
-                rt.metrics.attempt(target.provider, None)
-                return result, prepared
-            finally:
-                rec.upstream_s += time.perf_counter() - began
-            retries, waited = retries + 1, waited + delay
-            await until_disconnect(asyncio.sleep(delay), ctx.receive)
-    raise AssertionError("a plan has at least one target")  # pragma: no cover
+def portkey_headers(attempts: Attempts[Any]) -> RawHeaders:
+    assert attempts.used is not None
+    return [
+        (b"x-portkey-last-used-option-index", attempts.used.path.encode()),
+        (b"x-portkey-retry-attempt-count", str(attempts.retries).encode()),
+        (b"x-portkey-provider", attempts.used.provider.encode()),
+    ]
 
 
 async def serve_json(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -> None:
     providers = ctx.runtime.providers
-    out, prepared = await _attempt(
+    out, prepared = await _run(
         ctx, req, plan, lambda target, prepared: providers[target.provider].complete(prepared)
     )
     ctx.record.use(out.get("usage"))  # type: ignore[union-attr]
@@ -134,7 +105,7 @@ async def serve_stream(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -
         streams[:] = [batches]
         return await _first(batches)
 
-    first, prepared = await _attempt(ctx, req, plan, start)
+    first, prepared = await _run(ctx, req, plan, start)
     await ctx.start_stream(_headers(SSE_HEADERS, prepared))
     await _pump(ctx, req, cid, first, streams[0], ctx.record)  # type: ignore[arg-type]
 

@@ -33,9 +33,13 @@ class Target:
     alias: str  # what the caller asked for
     provider: str  # provider name in config (also its virtual key)
     model: str  # model id at the provider
+    # A whole JSON answer; for a stream, each wait for its next output (its length is the
+    # caller's max_tokens, so it has no total deadline).
     timeout_s: float = 60.0
     unsupported_params: Policy = "reject"
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    connect_s: float | None = None  # opening a connection; None: the provider's own setting
+    first_byte_s: float | None = None  # until the answer begins; None: timeout_s
 
     @property
     def label(self) -> str:

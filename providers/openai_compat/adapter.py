@@ -28,7 +28,7 @@ from .settings import Settings, parse_settings
 
 Json = dict[str, Any]
 T = TypeVar("T")
-Call = Callable[[bytes, float, str], Awaitable[T]]
+Call = Callable[[bytes, Target], Awaitable[T]]
 
 # Fields the adapter writes itself from the validated request, whatever the dialect says.
 SELF_SET = ("model", "max_tokens", "stream")
@@ -158,16 +158,14 @@ class OpenAICompatProvider:
         target = prepared.target
         if plan.check_context and self._guard is not None:
             req = prepared.request
-            await self._guard.check(
-                target.model, req.prompts, req.max_tokens, target.timeout_s, target.label
-            )
+            await self._guard.check(req.prompts, req.max_tokens, target)
         try:
-            return await call(plan.payload, target.timeout_s, target.label)
+            return await call(plan.payload, target)
         except ContextLengthExceeded as err:
             payload = _truncated(plan, err) if plan.truncate else None
             if payload is None:
                 raise
-        return await call(payload, target.timeout_s, target.label)
+        return await call(payload, target)
 
 
 def _normalized(

@@ -14,8 +14,16 @@ import aiohttp
 import orjson
 
 from gateway.errors import GatewayError
+from providers.base import Target
 
-from .errors import bad_answer, event_error, parse_body, transport_error, upstream_error
+from .errors import (
+    bad_answer,
+    event_error,
+    first_byte_timeout,
+    parse_body,
+    transport_error,
+    upstream_error,
+)
 from .sse import DONE, SSEDecoder
 
 Json = dict[str, Any]
@@ -47,14 +55,18 @@ class UpstreamClient:
         self._session: aiohttp.ClientSession | None = None
         # Timeouts come from config, so there are few: built once, not per request (bounded
         # all the same, in case a caller ever passes computed ones).
-        self._timeouts: dict[tuple[float | None, float | None], aiohttp.ClientTimeout] = {}
+        self._timeouts: dict[tuple[float, float | None, bool], aiohttp.ClientTimeout] = {}
 
-    def _timeout(self, total: float | None, sock_read: float | None) -> aiohttp.ClientTimeout:
-        key = (total, sock_read)
+    def _timeout(self, target: Target, stream: bool) -> aiohttp.ClientTimeout:
+        """A JSON call: a total deadline. A stream: none (its length is the caller's
+        max_tokens); the target's timeout bounds each wait for the next bytes instead."""
+        key = (target.timeout_s, target.connect_s, stream)
         timeout = self._timeouts.get(key)
         if timeout is None:
             timeout = aiohttp.ClientTimeout(
-                total=total, sock_connect=self._connect_s, sock_read=sock_read
+                total=None if stream else target.timeout_s,
+                sock_connect=target.connect_s or self._connect_s,
+                sock_read=target.timeout_s if stream else None,
             )
             if len(self._timeouts) >= MAX_TIMEOUTS:
                 self._timeouts.clear()
@@ -82,28 +94,38 @@ class UpstreamClient:
     def ready(self) -> bool:
         return self._session is not None and not self._session.closed
 
-    def _request(
-        self, method: str, url: str, timeout: aiohttp.ClientTimeout, payload: bytes | None
-    ) -> Any:
+    async def _request(
+        self, method: str, url: str, target: Target, payload: bytes | None, stream: bool
+    ) -> aiohttp.ClientResponse:
+        """The response, once its status and headers are in: within the target's first_byte_s
+        when it has one."""
         if self._session is None:
             raise RuntimeError("UpstreamClient.start() was not called")
         # A redirect means a wrong base_url; following it would turn the POST into a GET.
-        return self._session.request(
-            method, url, data=payload, timeout=timeout, allow_redirects=False
+        sent = self._session.request(
+            method, url, data=payload, timeout=self._timeout(target, stream), allow_redirects=False
         )
+        if target.first_byte_s is None:
+            return await sent
+        deadline = asyncio.timeout(target.first_byte_s)
+        try:
+            async with deadline:
+                return await sent
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # aiohttp's own (connect) timeout
+            raise first_byte_timeout(target) from None
 
-    async def post_json(self, payload: bytes, timeout_s: float, label: str) -> Json:
+    async def post_json(self, payload: bytes, target: Target) -> Json:
         """POST to the completions URL and parse the answer once; any non-2xx becomes a gateway
         error."""
-        return await self.call_json("POST", self._url, payload, timeout_s, label)
+        return await self.call_json("POST", self._url, payload, target)
 
-    async def call_json(
-        self, method: str, url: str, payload: bytes | None, timeout_s: float, label: str
-    ) -> Json:
+    async def call_json(self, method: str, url: str, payload: bytes | None, target: Target) -> Json:
         """One JSON call to `url` (an address of this same upstream, never a caller's)."""
-        timeout = self._timeout(timeout_s, None)
+        label = target.label
         try:
-            async with self._request(method, url, timeout, payload) as resp:
+            async with await self._request(method, url, target, payload, False) as resp:
                 raw = await resp.read()
                 if not 200 <= resp.status < 300:
                     detail = parse_body(raw[:MAX_ERROR_BODY])
@@ -123,16 +145,13 @@ class UpstreamClient:
             raise event_error(data, label, self._secret)
         return data
 
-    async def open_stream(
-        self, payload: bytes, timeout_s: float, label: str
-    ) -> aiohttp.ClientResponse:
+    async def open_stream(self, payload: bytes, target: Target) -> aiohttp.ClientResponse:
         """POST a streaming request; returns the open response once its status is known to be
         2xx. The caller owns it: it must be closed (events() does, and so must the caller if it
         never gets to iterate)."""
-        # No total deadline on a stream: `timeout_s` bounds each wait for the next bytes.
-        timeout = self._timeout(None, timeout_s)
+        label = target.label
         try:
-            resp: aiohttp.ClientResponse = await self._request("POST", self._url, timeout, payload)
+            resp = await self._request("POST", self._url, target, payload, True)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise transport_error(exc, label) from None
         if 200 <= resp.status < 300:

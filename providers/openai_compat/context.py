@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import ContextLengthExceeded, GatewayError
+from providers.base import Target
 
 from .client import UpstreamClient
 
@@ -55,15 +56,14 @@ class ContextGuard:
         self._windows: dict[str, int | None] = {}  # upstream model id → max_model_len
         self._can_count = True  # False once /tokenize turned out not to exist
 
-    async def check(
-        self, model: str, prompts: Sequence[Any], max_tokens: int, timeout_s: float, label: str
-    ) -> None:
-        """Raise ContextLengthExceeded if some prompt plus `max_tokens` exceeds the window."""
-        window = await self._window(model, timeout_s, label)
+    async def check(self, prompts: Sequence[Any], max_tokens: int, target: Target) -> None:
+        """Raise ContextLengthExceeded if some prompt plus `max_tokens` exceeds the window of
+        the target's model."""
+        window = await self._window(target)
         if window is None:
             return  # the server does not say: nothing to check against
         counts = await asyncio.gather(
-            *(self._count(model, p, max_tokens, window, timeout_s, label) for p in prompts)
+            *(self._count(p, max_tokens, window, target) for p in prompts)
         )
         for i, count in enumerate(counts):
             if count is not None and count + max_tokens > window:
@@ -71,10 +71,11 @@ class ContextGuard:
                 message = too_long(window, count, max_tokens, where)
                 raise ContextLengthExceeded(message, param="prompt")
 
-    async def _window(self, model: str, timeout_s: float, label: str) -> int | None:
+    async def _window(self, target: Target) -> int | None:
+        model = target.model
         if model in self._windows:
             return self._windows[model]
-        listing = await self._call("GET", self._models_url, None, timeout_s, label)
+        listing = await self._call("GET", self._models_url, None, target)
         window = None
         for card in (listing or {}).get("data") or ():
             if isinstance(card, dict) and card.get("id") == model:
@@ -83,9 +84,7 @@ class ContextGuard:
         self._windows[model] = window
         return window
 
-    async def _count(
-        self, model: str, prompt: Any, max_tokens: int, window: int, timeout_s: float, label: str
-    ) -> int | None:
+    async def _count(self, prompt: Any, max_tokens: int, window: int, target: Target) -> int | None:
         """The prompt's tokens, or None when it surely fits without counting."""
         if not isinstance(prompt, str):
             return len(prompt)
@@ -94,8 +93,8 @@ class ContextGuard:
             return None
         if not self._can_count:
             return None
-        payload = orjson.dumps({"model": model, "prompt": prompt})
-        answer = await self._call("POST", self._tokenize_url, payload, timeout_s, label)
+        payload = orjson.dumps({"model": target.model, "prompt": prompt})
+        answer = await self._call("POST", self._tokenize_url, payload, target)
         if answer is None:
             self._can_count = False
             return None
@@ -103,11 +102,11 @@ class ContextGuard:
         return count if type(count) is int else None
 
     async def _call(
-        self, method: str, url: str, payload: bytes | None, timeout_s: float, label: str
+        self, method: str, url: str, payload: bytes | None, target: Target
     ) -> dict[str, Any] | None:
         """The answer, or None when the route does not exist there."""
         try:
-            return await self._client.call_json(method, url, payload, timeout_s, label)
+            return await self._client.call_json(method, url, payload, target)
         except GatewayError as err:
             if err.code == NOT_FOUND:
                 return None

@@ -31,6 +31,7 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from providers.base import Target
 
 MAX_MESSAGE = 1000  # upstream texts can be whole HTML pages
 RETRY_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
@@ -230,6 +231,13 @@ def transport_error(exc: BaseException, label: str) -> UpstreamError:
             code="upstream_response_incomplete",
         )
     return UpstreamError(f"{who} request failed ({type(exc).__name__}).", target=label)
+
+
+def first_byte_timeout(target: Target) -> UpstreamTimeout:
+    return UpstreamTimeout(
+        f"Upstream {target.label} did not start answering within {target.first_byte_s:g} s.",
+        target=target.label,
+    )
 
 
 def bad_answer(label: str, what: str) -> UpstreamError:

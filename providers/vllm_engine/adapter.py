@@ -135,12 +135,14 @@ class VllmEngineProvider:
             copies=plan.fan.copies,
         )
         merged = _merge(generators)
+        wait = target.first_byte_s or target.timeout_s  # the first output may wait longer
         async with aclosing(merged):
             while True:
                 try:
-                    idx, result = await _guarded(anext(merged), target)
+                    idx, result = await _guarded(anext(merged), target, wait)
                 except StopAsyncIteration:
                     break
+                wait = target.timeout_s
                 chunks = state.chunks(idx, result)
                 if chunks:
                     yield chunks
@@ -198,23 +200,26 @@ async def _finals(generators: list[AsyncGenerator[RequestOutput, None]]) -> list
     return [r for r in results if r is not None]
 
 
-async def _guarded(step: Any, target: Target) -> Any:
-    """One await on the engine, bounded by the target's timeout (for streams: per output), with
-    the engine's exceptions as gateway errors. StopAsyncIteration passes through."""
+async def _guarded(step: Any, target: Target, seconds: float | None = None) -> Any:
+    """One await on the engine, bounded by `seconds` (default: the target's timeout; for
+    streams: per output), with the engine's exceptions as gateway errors. StopAsyncIteration
+    passes through."""
+    seconds = seconds or target.timeout_s
     try:
-        async with asyncio.timeout(target.timeout_s):
+        async with asyncio.timeout(seconds):
             return await step
     except TimeoutError:
-        raise _timeout(target) from None
+        raise _timeout(target, seconds) from None
     except (GatewayError, StopAsyncIteration):
         raise
     except Exception as exc:
         raise engine_error(exc, target.label) from None
 
 
-def _timeout(target: Target) -> UpstreamTimeout:
+def _timeout(target: Target, seconds: float | None = None) -> UpstreamTimeout:
     return UpstreamTimeout(
-        f"The vLLM engine of {target.label} did not answer within {target.timeout_s:g} s; "
+        f"The vLLM engine of {target.label} did not answer within "
+        f"{seconds or target.timeout_s:g} s; "
         "the request was aborted.",
         target=target.label,
     )

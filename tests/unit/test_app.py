@@ -15,6 +15,7 @@ from gateway.app import create_app
 from gateway.config import Config, KeyConfig, ModelConfig, ServerConfig
 from gateway.errors import GatewayError, UpstreamError
 from gateway.schemas import CompletionRequest
+from gateway.strategy import Group, Leaf
 from providers.base import Prepared, Target
 
 pytestmark = pytest.mark.asyncio
@@ -81,8 +82,16 @@ def _config(providers: dict[str, FakeProvider]) -> Config:
         return KeyConfig(kid, hashlib.sha256(secret.encode()).digest(), models, vks)
 
     def model(alias: str, strategy: str, *names: str) -> ModelConfig:
-        targets = tuple(Target(alias, n, f"up-{alias}") for n in names)
-        return ModelConfig(alias, strategy, targets, tuple(1.0 for _ in names))
+        leaves = tuple(
+            Leaf(
+                n,
+                f"up-{alias}",
+                f"models.{alias}.targets[{i}]",
+                target=Target(alias, n, f"up-{alias}"),
+            )
+            for i, n in enumerate(names)
+        )
+        return ModelConfig(alias, Group(strategy, leaves, f"models.{alias}"))
 
     return Config(
         server=ServerConfig(max_body_bytes=2048),

@@ -8,6 +8,7 @@ from gateway import config
 from gateway.auth import Authenticator
 from gateway.errors import AuthenticationFailed, ModelNotFound, PermissionDenied
 from gateway.routing import Router
+from gateway.strategy import Group, leaves
 
 CFG = config.parse(
     """
@@ -60,7 +61,7 @@ def test_rejected_keys(headers: dict[str, str], code: str) -> None:
 
 def test_model_permissions() -> None:
     a = AUTH.authenticate({"authorization": "Bearer sk-a"})
-    assert ROUTER.plan(a, "llama-8b", None).targets[0].model == "meta/llama"
+    assert ROUTER.plan(a, "llama-8b", None).first().model == "meta/llama"
     with pytest.raises(PermissionDenied) as denied:
         ROUTER.plan(a, "gpt-x", None)
     assert denied.value.status == 403 and denied.value.param == "model"
@@ -73,9 +74,9 @@ def test_virtual_keys() -> None:
     a = AUTH.authenticate({"authorization": "Bearer sk-a"})
     b = AUTH.authenticate({"authorization": "Bearer sk-b"})
     # the alias's own target on that provider
-    assert ROUTER.plan(a, "llama-8b", "fw").targets[0].model == "acc/llama"
+    assert ROUTER.plan(a, "llama-8b", "fw").first().model == "acc/llama"
     # otherwise the body's model is the provider's model id
-    assert ROUTER.plan(a, "accounts/x/models/y", "fw").targets[0].label == "fw/accounts/x/models/y"
+    assert ROUTER.plan(a, "accounts/x/models/y", "fw").first().label == "fw/accounts/x/models/y"
     # a virtual key does not unlock a configured alias the key may not use
     with pytest.raises(PermissionDenied) as denied:
         ROUTER.plan(a, "gpt-x", "fw")
@@ -89,6 +90,8 @@ def test_virtual_keys() -> None:
 def test_strategies() -> None:
     b = AUTH.authenticate({"authorization": "Bearer sk-b"})
     plan = ROUTER.plan(b, "llama-8b", None)
-    assert [t.provider for t in plan.targets] == ["vl"] and not plan.fallback  # single
-    picks = {ROUTER.plan(b, "lb", None).targets[0].provider for _ in range(50)}
-    assert picks == {"vl"}  # weight 1 vs 1e-6
+    assert isinstance(plan.root, Group) and plan.root.mode == "single"
+    assert [leaf.provider for leaf in leaves(plan.root)] == ["vl", "fw"]
+    lb = ROUTER.plan(b, "lb", None).root
+    assert isinstance(lb, Group) and lb.weights == (1, 0.000001)
+    assert {ROUTER.pick(list(lb.weights)) for _ in range(50)} == {0}

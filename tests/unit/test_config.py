@@ -12,6 +12,7 @@ import pytest
 from gateway import config
 from gateway.__main__ import is_loopback
 from gateway.errors import ConfigError
+from gateway.strategy import Group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,12 +44,12 @@ def test_good_config(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [k.id for k in cfg.keys] == ["a", "b"]
     assert cfg.keys[0].sha256 == hashlib.sha256(b"sk-a").digest()
     model = cfg.models["llama-8b"]
-    assert model.strategy == "fallback"
+    assert isinstance(model.tree, Group) and model.tree.mode == "fallback"
     assert [t.label for t in model.targets] == [
         "vl/meta-llama/Llama-3.1-8B",
         "fw/accounts/fireworks/models/llama-v3p1-8b-instruct",
     ]
-    assert model.weights == (3.0, 1.0)
+    assert model.tree.weights == (3.0, 1.0)
     assert model.targets[0].unsupported_params == "drop"
     assert model.targets[0].timeout_s == 30
     assert model.targets[0].defaults == {"context_length_exceeded_behavior": "truncate"}

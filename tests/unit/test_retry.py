@@ -17,6 +17,7 @@ from gateway.errors import (
     UpstreamUnreachable,
 )
 from gateway.retry import RetryPolicy, retry_after
+from gateway.strategy import leaves
 
 
 def upstream(status: int, **headers: str) -> UpstreamError:
@@ -83,9 +84,10 @@ models:
 
 def test_config_reads_the_policy() -> None:
     cfg = parse(BASE + "    retry: {attempts: 2, on_status: [429, 503], backoff_s: 0.1}\n")
-    policy = cfg.models["m"].retry
+    (leaf,) = leaves(cfg.models["m"].tree)
+    policy = leaf.retry
     assert (policy.attempts, policy.on_status, policy.backoff_s) == (2, {429, 503}, 0.1)
-    assert parse(BASE).models["m"].retry.attempts == 0  # no retries unless asked
+    assert leaves(parse(BASE).models["m"].tree)[0].retry.attempts == 0  # none unless asked
 
 
 @pytest.mark.parametrize(
