@@ -27,11 +27,11 @@ class Principal:
     def may_use_model(self, alias: str) -> bool:
         return self.models.fullmatch(alias) is not None
 
-    def check_virtual_key(self, name: str) -> None:
+    def check_virtual_key(self, name: str, param: str = "x-portkey-virtual-key") -> None:
+        """`param`: where the request named it (the header, or a Portkey config's target)."""
         if name not in self.providers:
             raise PermissionDenied(
-                f"This API key may not use the virtual key '{name}'.",
-                param="x-portkey-virtual-key",
+                f"This API key may not use the virtual key '{name}'.", param=param
             )
 
 

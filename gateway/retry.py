@@ -27,15 +27,19 @@ class RetryPolicy:
     backoff_s: float = 0.5
     max_backoff_s: float = 8.0
     max_wait_s: float = 60.0  # all of a request's waits together
+    use_retry_after: bool = True  # wait as the upstream's retry-after says, when it does
+    jitter: bool = True  # Portkey's backoff has none: 1 s, 2 s, 4 s, ...
 
     def delay(self, retries: int, err: GatewayError, waited: float, jitter: float) -> float | None:
         """Seconds to wait before retry number `retries + 1` after `err`, or None: no retry.
         `jitter` is a random number in [0, 1)."""
         if retries >= self.attempts or not self.retryable(err):
             return None
-        hinted = retry_after(err.headers)
+        hinted = retry_after(err.headers) if self.use_retry_after else None
         if hinted is None:
-            hinted = min(self.backoff_s * 2**retries, self.max_backoff_s) * (1 - 0.25 * jitter)
+            hinted = min(self.backoff_s * 2**retries, self.max_backoff_s)
+            if self.jitter:
+                hinted *= 1 - 0.25 * jitter
         return hinted if waited + hinted <= self.max_wait_s else None
 
     def retryable(self, err: GatewayError) -> bool:

@@ -12,7 +12,16 @@ from typing import Any
 import orjson
 
 from gateway import serving
-from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, internal
+from gateway.config import portkey
+from gateway.config.portkey import PortkeyConfig
+from gateway.errors import (
+    ConfigError,
+    GatewayError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    internal,
+)
 from gateway.http import (
     JSON_HEADERS,
     ClientGone,
@@ -30,8 +39,11 @@ from gateway.schemas import parse_completion
 
 log = logging.getLogger("gateway.routes")
 
-# Portkey headers the gateway does not implement yet: refusing beats ignoring them silently.
-UNSUPPORTED_HEADERS = ("x-portkey-config", "x-portkey-custom-host", "x-portkey-provider")
+# Portkey headers the gateway does not implement: refusing beats ignoring them silently.
+# (A custom host would make the gateway call a host its config does not name; a provider
+# header would take the provider's key from the caller.)
+UNSUPPORTED_HEADERS = ("x-portkey-custom-host", "x-portkey-provider")
+PORTKEY_HEADERS = ("x-portkey-config", "x-portkey-request-timeout")
 
 
 @dataclass(slots=True)
@@ -136,10 +148,11 @@ async def _completion(ctx: Ctx, scope: Scope, rt: Runtime, rec: RequestRecord) -
             raise InvalidRequest(
                 f"The header '{name}' is not supported by this gateway.", param=name
             )
+    config = _portkey(rt, ctx.headers)
     body = await read_body(ctx.headers, ctx.receive, rt.config.server.max_body_bytes)
     req = parse_completion(body, rt.config.server.limits)
     rec.model, rec.stream = rt.model_label(req.model), req.stream
-    plan = rt.router.plan(principal, req.model, ctx.headers.get("x-portkey-virtual-key"))
+    plan = rt.router.plan(principal, req.model, ctx.headers.get("x-portkey-virtual-key"), config)
     grant = await rt.limiter.admit(
         principal.key_id, req.model, rec.model, lambda: serving.reservation(rt, req, plan)
     )
@@ -156,6 +169,34 @@ async def _completion(ctx: Ctx, scope: Scope, rt: Runtime, rec: RequestRecord) -
         raise
     finally:
         grant.settle(rec.total_tokens)  # None (unknown) keeps the reservation
+
+
+def _portkey(rt: Runtime, headers: dict[str, str]) -> PortkeyConfig | None:
+    """The request's Portkey config (x-portkey-config, x-portkey-request-timeout), if any; a
+    400 naming the field that is wrong."""
+    raw, timeout = (headers.get(name) for name in PORTKEY_HEADERS)
+    if raw is None and timeout is None:
+        return None
+    try:
+        config = PortkeyConfig(None)
+        if raw is not None:
+            config = portkey.from_header(raw, rt.config.configs, rt.config.providers)
+        if timeout is not None:
+            config = portkey.with_timeout(config, _milliseconds(timeout))
+    except ConfigError as err:
+        if err.path.startswith(portkey.ROOT):
+            raise InvalidRequest(f"Invalid x-portkey-config: {err}.", param=err.path) from None
+        raise InvalidRequest(f"Invalid {err.path}: {err.message}.", param=err.path) from None
+    return config
+
+
+def _milliseconds(raw: str) -> float:
+    if not raw.isdigit() or not 0 < int(raw) <= portkey.MAX_TIMEOUT_MS:
+        raise ConfigError(
+            "x-portkey-request-timeout",
+            f"expected milliseconds, an integer from 1 to {portkey.MAX_TIMEOUT_MS}",
+        )
+    return int(raw) / 1000
 
 
 # ---------------------------------------------------------------- models

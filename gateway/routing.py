@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gateway.auth import Principal
 from gateway.config import Config, ModelConfig
+from gateway.config.portkey import PortkeyConfig
 from gateway.errors import ModelNotFound, PermissionDenied
 from gateway.strategy import Group, Leaf, Node, leaves
 from providers.base import Target
@@ -27,13 +28,13 @@ class Plan:
     resolve: Callable[[Leaf], Target]  # a leaf's target for this request
     portkey: bool = False  # a Portkey config chose it: answer with Portkey's response headers
 
-    def first(self) -> Target:
+    def first(self) -> tuple[Leaf, Target]:
         """The target tried first (a loadbalance's first child stands for the group): what
         the rate limiter's reservation is estimated for."""
         node = self.root
         while isinstance(node, Group):
             node = node.children[0]
-        return self.resolve(node)
+        return node, self.resolve(node)
 
 
 def _configured(leaf: Leaf) -> Target:
@@ -78,14 +79,12 @@ class Router:
         principal: Principal,
         alias: str,
         virtual_key: str | None,
-        config: Node | None = None,
+        config: PortkeyConfig | None = None,
     ) -> Plan:
         if config is None and virtual_key is None:
             self.model(principal, alias)
             return self._plans[alias]
-        root = config if config is not None else Leaf(virtual_key or "", None, "virtual_key")
-        for leaf in leaves(root):
-            principal.check_virtual_key(leaf.provider)  # a key lists only configured providers
+        root = self._root(principal, alias, virtual_key, config)
         if alias in self._models:
             self.model(principal, alias)  # 403 for an alias the key may not use
 
@@ -93,6 +92,26 @@ class Router:
             return leaf.target or self._target(alias, leaf.provider, leaf.model)
 
         return Plan(root, resolve, portkey=config is not None)
+
+    def _root(
+        self,
+        principal: Principal,
+        alias: str,
+        virtual_key: str | None,
+        config: PortkeyConfig | None,
+    ) -> Node:
+        """The config's tree, or the usual one (the virtual key's, else the alias's) with the
+        config's modifiers; every provider it names checked against the key's."""
+        if config is not None and config.root is not None:
+            for leaf in leaves(config.root):
+                principal.check_virtual_key(leaf.provider, param=leaf.path)
+            return config.root
+        if virtual_key is not None:
+            principal.check_virtual_key(virtual_key)
+            root: Node = Leaf(virtual_key, None, "virtual_key")
+        else:
+            root = self.model(principal, alias).tree
+        return root if config is None else config.applied_to(root)
 
     def _target(self, alias: str, provider: str, model: str | None) -> Target:
         """The alias's target on `provider` (with that model, if one is named), else the

@@ -16,7 +16,7 @@ from gateway.attempts import Attempts, Call
 from gateway.http import JSON_HEADERS, SSE_HEADERS, RawHeaders, until_disconnect
 from gateway.metrics import RequestRecord
 from gateway.routing import Plan
-from gateway.schemas import CompletionRequest
+from gateway.schemas import CompletionRequest, apply_overrides
 from gateway.sse import Envelope, StreamResult, pump
 from providers.base import Prepared, Target
 
@@ -37,7 +37,9 @@ def _headers(base: RawHeaders, prepared: Prepared) -> RawHeaders:
 def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> int:
     """The tokens a request may use: its prompts (the serving provider's tokenizer where the
     gateway has one, else 4 bytes a token) plus max_tokens for every generated choice."""
-    target = plan.first()
+    leaf, target = plan.first()
+    if leaf.overrides:
+        req = apply_overrides(req, leaf.overrides, rt.config.server.limits)
     max_tokens = req.max_tokens
     if "max_tokens" not in req.fields:
         max_tokens = target.defaults.get("max_tokens", max_tokens)

@@ -25,12 +25,16 @@ from providers import registry
 from providers.base import Provider
 
 from .models import ModelConfig, limits, models
+from .portkey import PortkeyConfig
+from .portkey import parse as portkey_config
 from .values import boolean, integer, join, known, mapping, number, one_of, seq, text, unique
 
 __all__ = ["DEV_KEY", "Config", "KeyConfig", "ModelConfig", "ServerConfig", "load", "parse"]
 
 DEV_KEY = "sk-local-dev"
-TOP_KEYS = ("server", "auth", "providers", "models", "circuit_breaker", "rate_limit", "metrics")
+TOP_KEYS = (
+    "server", "auth", "providers", "models", "configs", "circuit_breaker", "rate_limit", "metrics",
+)  # fmt: skip
 LIMIT_BACKENDS = ("memory", "redis")
 BACKEND_MODES = ("local", "open", "closed")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -67,6 +71,7 @@ class Config:
     rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     circuits: CircuitPolicy = field(default_factory=CircuitPolicy)
+    configs: Mapping[str, PortkeyConfig] = field(default_factory=dict)  # x-portkey-config: NAME
     source: str = ""
 
     def has_dev_key(self) -> bool:
@@ -103,6 +108,7 @@ def parse(text: str, source: str = "<config>") -> Config:
         rate_limit=_rate_limit(mapping(top.get("rate_limit", {}), "rate_limit")),
         metrics=_metrics(mapping(top.get("metrics", {}), "metrics")),
         circuits=_circuits(mapping(top.get("circuit_breaker", {}), "circuit_breaker")),
+        configs=_configs(mapping(top.get("configs", {}), "configs"), providers),
         source=source,
     )
 
@@ -239,6 +245,22 @@ def _tag(v: Any, path: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", tag):
         raise ConfigError(path, "expected 1-64 characters of letters, digits and ._:-")
     return tag
+
+
+def _configs(
+    section: Mapping[str, Any], providers: Mapping[str, Provider]
+) -> dict[str, PortkeyConfig]:
+    """Named Portkey configs. Their trees are rooted at `config` (Portkey's response headers
+    name targets so); their errors at `configs.NAME`."""
+    out = {}
+    for name, raw in section.items():
+        try:
+            out[str(name)] = portkey_config(raw, providers)
+        except ConfigError as err:
+            raise ConfigError(
+                f"configs.{name}{err.path.removeprefix('config')}", err.message
+            ) from None
+    return out
 
 
 def _circuits(c: Mapping[str, Any]) -> CircuitPolicy:

@@ -67,6 +67,15 @@ MAX_BODY_BYTES = 64 * 1024
 SMALL_TIMEOUT_S = 0.5
 QUICK_RETRY = {"attempts": 2, "backoff_s": 0.02, "max_backoff_s": 0.05, "max_wait_s": 1}
 CONTEXT_WINDOW = 2048
+# A Portkey config: OpenAI, then Fireworks; in the YAML as NAMED_CONFIG, and sent inline.
+NAMED_CONFIG = "oa-then-fw-config"
+PORTKEY_OA_THEN_FW: dict[str, Any] = {
+    "strategy": {"mode": "fallback"},
+    "targets": [
+        {"virtual_key": "oai", "override_params": {"model": OPENAI_MODEL}},
+        {"virtual_key": "fw", "override_params": {"model": FIREWORKS_MODEL}},
+    ],
+}
 
 
 def gateway_config(openai_url: str, fireworks_url: str, dead_port: int) -> str:
@@ -123,6 +132,7 @@ def gateway_config(openai_url: str, fireworks_url: str, dead_port: int) -> str:
             RETRY: {"targets": [oai], "retry": QUICK_RETRY},
             RETRY_THEN_FW: {"strategy": "fallback", "targets": [oai, fw], "retry": QUICK_RETRY},
         },
+        "configs": {NAMED_CONFIG: PORTKEY_OA_THEN_FW},
     }
     assert tuple(config["models"]) == ALL_ALIASES
     return yaml.dump(config, Dumper=_PlainDumper, sort_keys=False)

@@ -61,7 +61,7 @@ def test_rejected_keys(headers: dict[str, str], code: str) -> None:
 
 def test_model_permissions() -> None:
     a = AUTH.authenticate({"authorization": "Bearer sk-a"})
-    assert ROUTER.plan(a, "llama-8b", None).first().model == "meta/llama"
+    assert ROUTER.plan(a, "llama-8b", None).first()[1].model == "meta/llama"
     with pytest.raises(PermissionDenied) as denied:
         ROUTER.plan(a, "gpt-x", None)
     assert denied.value.status == 403 and denied.value.param == "model"
@@ -74,9 +74,9 @@ def test_virtual_keys() -> None:
     a = AUTH.authenticate({"authorization": "Bearer sk-a"})
     b = AUTH.authenticate({"authorization": "Bearer sk-b"})
     # the alias's own target on that provider
-    assert ROUTER.plan(a, "llama-8b", "fw").first().model == "acc/llama"
+    assert ROUTER.plan(a, "llama-8b", "fw").first()[1].model == "acc/llama"
     # otherwise the body's model is the provider's model id
-    assert ROUTER.plan(a, "accounts/x/models/y", "fw").first().label == "fw/accounts/x/models/y"
+    assert ROUTER.plan(a, "accounts/x/models/y", "fw").first()[1].label == "fw/accounts/x/models/y"
     # a virtual key does not unlock a configured alias the key may not use
     with pytest.raises(PermissionDenied) as denied:
         ROUTER.plan(a, "gpt-x", "fw")

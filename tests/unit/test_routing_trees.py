@@ -98,7 +98,7 @@ def gateway() -> Any:
 
         async def __call__(self, models: str, extra: str = "") -> Gateway:
             fakes = {p: Scripted(p) for p in PROVIDERS}
-            cfg = dataclasses.replace(parse(yaml(models, extra)), providers=fakes)
+            cfg = dataclasses.replace(parse(yaml(models, extra)), providers=fakes)  # type: ignore[arg-type]
             app = create_app(cfg)
             await app.state.runtime.start()
             client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
