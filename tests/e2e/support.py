@@ -133,6 +133,9 @@ def gateway_config(openai_url: str, fireworks_url: str, dead_port: int) -> str:
             RETRY_THEN_FW: {"strategy": "fallback", "targets": [oai, fw], "retry": QUICK_RETRY},
         },
         "configs": {NAMED_CONFIG: PORTKEY_OA_THEN_FW},
+        # Tests script failures all session long: breakers would carry them from test to test
+        # (test_faults has its own gateway for them).
+        "circuit_breaker": {"failures": 0},
     }
     assert tuple(config["models"]) == ALL_ALIASES
     return yaml.dump(config, Dumper=_PlainDumper, sort_keys=False)

@@ -190,11 +190,15 @@ async def test_errors(setup: Any) -> None:
     assert_error(await client.get("/v1/completions", headers=AUTH), 405)
     assert_error(await client.get("/nope"), 404)
     err = assert_error(
-        await post(client, {"model": "m", "prompt": "x"}, {"x-portkey-config": "{}"}),
+        await post(client, {"model": "m", "prompt": "x"}, {"x-portkey-custom-host": "http://h"}),
         400,
-        "x-portkey-config",
+        "x-portkey-custom-host",
     )
     assert "not supported" in err["message"]
+    err = assert_error(
+        await post(client, {"model": "m", "prompt": "x"}, {"x-portkey-config": "{}"}), 400, "config"
+    )
+    assert "a config needs targets" in err["message"]
 
 
 async def test_no_key_is_401_even_for_a_bad_body(setup: Any) -> None:
