@@ -133,9 +133,7 @@ def test_wrong_content_type_is_415(env: Env) -> None:
     assert resp.json()["error"]["param"] == "content-type"
 
 
-@pytest.mark.parametrize(
-    "header", ["x-portkey-config", "x-portkey-provider", "x-portkey-custom-host"]
-)
+@pytest.mark.parametrize("header", ["x-portkey-provider", "x-portkey-custom-host"])
 def test_unimplemented_portkey_headers_are_refused(
     env: Env, sdk: openai.OpenAI, header: str
 ) -> None:
