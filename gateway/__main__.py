@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import hashlib
 import ipaddress
 import os
@@ -95,7 +96,18 @@ def _run_uvicorn(uvicorn: Any, args: argparse.Namespace, host: str, port: int) -
         proxy_headers=False,  # the gateway sees the peer it talks to; no forwarded-for rewriting
         server_header=False,
         timeout_graceful_shutdown=30,
+        log_config=_log_config(uvicorn, args.log_level),
     )
+
+
+def _log_config(uvicorn: Any, level: str) -> dict[str, Any]:
+    """uvicorn's logging, with the gateway's own loggers (reloads, engine) on its handler at the
+    same level."""
+    config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["loggers"]["gateway"] = {
+        "handlers": ["default"], "level": level.upper(), "propagate": False,
+    }  # fmt: skip
+    return config
 
 
 @contextlib.contextmanager

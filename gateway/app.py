@@ -20,6 +20,7 @@ from gateway import routes
 from gateway.config import Config
 from gateway.http import Receive, Scope, Send
 from gateway.metrics import Metrics
+from gateway.reload import Reloader, Snapshot
 from gateway.routes import Endpoint
 from gateway.runtime import Runtime
 
@@ -70,13 +71,31 @@ class GatewayApp:
         trace = headers.get("x-portkey-trace-id")
         if trace and _SAFE_ID.fullmatch(trace):
             echo.append((b"x-portkey-trace-id", trace.encode()))
-        scope["gateway.runtime"] = self.state.runtime
+        # The request keeps the runtime it began on, whatever a reload swaps in meanwhile.
+        runtime: Runtime = self.state.runtime
+        scope["gateway.runtime"] = runtime
         scope["gateway.headers"] = headers
         scope["gateway.request_id"] = rid
         scope["gateway.echo"] = echo
         scope["gateway.ids"] = self.ids
         endpoint = self._exact.get(scope["path"])
-        await (endpoint or self._fallback)(scope, receive, send)
+        runtime.inflight += 1
+        try:
+            await (endpoint or self._fallback)(scope, receive, send)
+        finally:
+            runtime.inflight -= 1
+            if runtime.idle is not None and not runtime.inflight:
+                runtime.idle.set()
+
+    @property
+    def runtime(self) -> Runtime:
+        """The runtime new requests get."""
+        runtime: Runtime = self.state.runtime
+        return runtime
+
+    def swap(self, runtime: Runtime) -> None:
+        """One assignment: requests from here on get `runtime`; those under way keep theirs."""
+        self.state.runtime = runtime
 
 
 # Collections of the youngest generation every 700 allocations cost a server ~20 µs a request;
@@ -92,19 +111,27 @@ def settle_gc() -> None:
     gc.set_threshold(*GC_THRESHOLD)
 
 
-def create_app(config: Config, serving_process: bool = False) -> GatewayApp:
-    """`serving_process`: this process only serves (gateway serve): tune its collector."""
+def create_app(
+    config: Config, serving_process: bool = False, watch: Snapshot | None = None
+) -> GatewayApp:
+    """`serving_process`: this process only serves (gateway serve): tune its collector.
+    `watch`: the config file `config` was read from, reloaded on SIGHUP and when it changes."""
     runtime = Runtime.build(config, Metrics(config.metrics.enabled))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await runtime.start()
+        reloader = Reloader(app, watch) if watch is not None else None
+        if reloader is not None:
+            reloader.start()
         if serving_process:
             settle_gc()
         try:
             yield
         finally:
-            await runtime.aclose()
+            if reloader is not None:
+                await reloader.stop()  # first: it closes what swapped-out runtimes left
+            await app.runtime.aclose()
 
     # Methods are checked by Endpoint so that a 405 is in OpenAI's error shape too.
     fallback = Starlette(
@@ -112,4 +139,5 @@ def create_app(config: Config, serving_process: bool = False) -> GatewayApp:
         lifespan=lifespan,
     )
     fallback.router.default = Endpoint(routes.not_found, ANY)
-    return GatewayApp(runtime, fallback)
+    app = GatewayApp(runtime, fallback)
+    return app

@@ -10,6 +10,7 @@ start; each worker writes its values there and a scrape of any worker adds them 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable, Hashable
@@ -33,6 +34,8 @@ from gateway.circuits import STATE_NAMES
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 OPERATION = "text_completion"
 OTHER_MODEL = "other"
+RELOAD_RESULTS = {True: "ok", False: "error"}
+TASKS_HELP = "asyncio tasks alive in the process (single-worker mode only)."
 
 # Seconds: a gateway adds hops, so the low end is coarser than an engine's.
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
@@ -95,6 +98,16 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
     "backend_up": (Gauge, "gateway_ratelimit_backend_up",
         "1 while the rate-limit backend is in use, 0 while its breaker is open.",
         (), {"multiprocess_mode": "livemin"}),
+    "reloads": (Counter, "gateway_config_reloads",
+        "Config reloads (SIGHUP, file change), by result: ok, or error (refused: the running "
+        "config stays).",
+        ("result",), {}),
+    "reload_ok": (Gauge, "gateway_config_last_reload_success",
+        "1 if the last config reload succeeded (or none was tried), 0 if it was refused.",
+        (), {"multiprocess_mode": "livemin"}),
+    "config_loaded": (Gauge, "gateway_config_loaded_timestamp_seconds",
+        "When the config in use was loaded (Unix time; with several workers, the oldest).",
+        (), {"multiprocess_mode": "livemin"}),
 }  # fmt: skip
 
 
@@ -139,6 +152,9 @@ class Metrics:
             attr: cls(name, text, labels, registry=self.registry, **options)
             for attr, (cls, name, text, labels, options) in METRICS.items()
         }
+        if self.multiprocess_dir is None:  # a callback gauge cannot be shared through files
+            tasks = Gauge("gateway_event_loop_tasks", TASKS_HELP, registry=self.registry)
+            tasks.set_function(_tasks)
 
     def _child(self, metric: str, *labels: str) -> Any:
         """labels() takes a lock and builds a key each time: cache the children."""
@@ -219,6 +235,24 @@ class Metrics:
         if self.enabled:
             self.m["backend_up"].set(1 if up else 0)
 
+    def config_started(self) -> None:
+        """The config the process started with is in use (both results shown from 0)."""
+        if self.enabled:
+            for result in RELOAD_RESULTS.values():
+                self._child("reloads", result)
+            self._config_state(True)
+
+    def config_reloaded(self, ok: bool) -> None:
+        """ok: the new config serves new requests; else it was refused and the old one stays."""
+        if self.enabled:
+            self._child("reloads", RELOAD_RESULTS[ok]).inc()
+            self._config_state(ok)
+
+    def _config_state(self, ok: bool) -> None:
+        self.m["reload_ok"].set(1 if ok else 0)
+        if ok:
+            self.m["config_loaded"].set_to_current_time()
+
     # ------------------------------------------------------------ exposition
 
     def render(self) -> tuple[bytes, str]:
@@ -246,6 +280,14 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _tasks() -> float:
+    """Tasks alive on the event loop, counted when scraped (a leak shows as growth)."""
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:  # no running loop
+        return 0.0
 
 
 def _nothing() -> None:

@@ -1,10 +1,12 @@
 """Everything built from one config, held as one object so a reload can swap it atomically.
-The metrics outlive a runtime: they are the app's, passed in."""
+The metrics and the circuit breakers outlive a runtime: a reload passes them on (gateway.reload),
+with the rate limiter and the providers whose settings did not change."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gateway.auth import Authenticator
@@ -13,6 +15,7 @@ from gateway.config import Config
 from gateway.metrics import Metrics
 from gateway.ratelimit import Limiter, RuleBook
 from gateway.routing import Router
+from gateway.strategy import leaves
 from providers.base import Provider
 
 
@@ -27,26 +30,31 @@ class Runtime:
     circuits: Board
     created: int = field(default_factory=lambda: int(time.time()))
     started: bool = False
+    inflight: int = 0  # requests begun on this runtime and not over (GatewayApp counts them)
+    idle: asyncio.Event | None = None  # swapped out: set once `inflight` is 0 (drained())
 
     @classmethod
     def build(cls, config: Config, metrics: Metrics | None = None) -> Runtime:
         metrics = metrics or Metrics(config.metrics.enabled)
-        book = RuleBook(
-            {k.id: k.limits for k in config.keys},
-            {alias: m.limits for alias, m in config.models.items()},
-        )
-        limiter = Limiter(config.rate_limit, book, metrics)
+        limiter = Limiter(config.rate_limit, rulebook(config), metrics)
         circuits = Board(config.circuits, metrics.circuit)
+        return cls.assemble(config, dict(config.providers), limiter, metrics, circuits)
+
+    @classmethod
+    def assemble(
+        cls,
+        config: Config,
+        providers: dict[str, Provider],
+        limiter: Limiter,
+        metrics: Metrics,
+        circuits: Board,
+    ) -> Runtime:
+        """A runtime around parts that may be a running one's: the board takes the config's
+        policy and targets last, when nothing can fail any more."""
+        auth, router = Authenticator(config), Router(config)
+        runtime = cls(config, auth, router, providers, limiter, metrics, circuits)
         circuits.configure(config.circuits, _targets(config))
-        return cls(
-            config,
-            Authenticator(config),
-            Router(config),
-            dict(config.providers),
-            limiter,
-            metrics,
-            circuits,
-        )
+        return runtime
 
     async def start(self) -> None:
         await self.limiter.start()
@@ -55,8 +63,16 @@ class Runtime:
 
     async def aclose(self) -> None:
         self.started = False
-        await asyncio.gather(*(p.aclose() for p in self.providers.values()), return_exceptions=True)
-        await self.limiter.aclose()
+        await release(self.providers.values(), self.limiter)
+
+    async def drained(self) -> None:
+        """Returns once no request is left on this runtime. Only for one that was swapped out:
+        no new request comes to it, so once idle it stays idle."""
+        if self.idle is None:
+            self.idle = asyncio.Event()
+            if not self.inflight:
+                self.idle.set()
+        await self.idle.wait()
 
     def ready(self) -> bool:
         """Providers only: the rate limiter's Redis is not a reason to leave the Service."""
@@ -67,6 +83,26 @@ class Runtime:
         return model if model in self.config.models else "other"
 
 
+def rulebook(config: Config) -> RuleBook:
+    return RuleBook(
+        {k.id: k.limits for k in config.keys},
+        {alias: m.limits for alias, m in config.models.items()},
+    )
+
+
+async def release(providers: Iterable[Provider], limiter: Limiter | None) -> None:
+    """Close providers (one failing does not keep the others open), then the limiter."""
+    await asyncio.gather(*(p.aclose() for p in providers), return_exceptions=True)
+    if limiter is not None:
+        await limiter.aclose()
+
+
 def _targets(config: Config) -> set[tuple[str, str]]:
-    """Every (provider, model) the config names: each gets a breaker of its own."""
-    return {(t.provider, t.model) for m in config.models.values() for t in m.targets}
+    """Every (provider, model) the config names, its Portkey configs' included: each gets a
+    breaker of its own."""
+    named = {(t.provider, t.model) for m in config.models.values() for t in m.targets}
+    for c in config.configs.values():
+        for leaf in leaves(c.root) if c.root else ():
+            if leaf.model:
+                named.add((leaf.provider, leaf.model))
+    return named

@@ -60,6 +60,10 @@ class Prepared:
 class Provider(Protocol):
     name: str
     type_tags: ClassVar[tuple[str, ...]]
+    # A config reload may build a second instance beside the running one (which serves the
+    # requests in flight, then closes). False: it holds what cannot be had twice (a model in
+    # memory), so its block changes only with a restart.
+    reloadable: ClassVar[bool]
 
     async def start(self) -> None: ...
 

@@ -3,6 +3,7 @@
     gw = GatewayProcess(config_text, workdir)   # writes workdir/gateway.yaml, waits on /readyz
     gw.url                                      # http://127.0.0.1:<port>
     gw.logs(); gw.stop()                        # logs() still works after stop()
+    gw.send_signal(signal.SIGHUP)               # to the server process (uvicorn's supervisor)
 
 Process handling (free port, readiness polling, SIGINT then SIGKILL, output capture) is
 `tests.upstreams.procs`; this only adds the gateway's command line.
@@ -10,6 +11,7 @@ Process handling (free port, readiness polling, SIGINT then SIGKILL, output capt
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -72,6 +74,13 @@ class GatewayProcess(StopOnExit):
             "--workers",
             str(self.workers),
         ]
+
+    @property
+    def pid(self) -> int:
+        return self._server.proc.pid
+
+    def send_signal(self, sig: signal.Signals) -> None:
+        self._server.proc.send_signal(sig)
 
     def logs(self) -> str:
         final = self._server.final_output

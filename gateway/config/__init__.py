@@ -27,7 +27,19 @@ from providers.base import Provider
 from .models import ModelConfig, limits, models
 from .portkey import PortkeyConfig
 from .portkey import parse as portkey_config
-from .values import boolean, integer, join, known, mapping, number, one_of, seq, text, unique
+from .values import (
+    boolean,
+    integer,
+    join,
+    known,
+    mapping,
+    nonnegative,
+    number,
+    one_of,
+    seq,
+    text,
+    unique,
+)
 
 __all__ = ["DEV_KEY", "Config", "KeyConfig", "ModelConfig", "ServerConfig", "load", "parse"]
 
@@ -46,6 +58,7 @@ class ServerConfig:
     port: int = 8080
     max_body_bytes: int = 4 * 1024 * 1024
     limits: RequestLimits = field(default_factory=RequestLimits)
+    watch_config_s: float = 2.0  # seconds between checks of the file for changes; 0: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +86,9 @@ class Config:
     circuits: CircuitPolicy = field(default_factory=CircuitPolicy)
     configs: Mapping[str, PortkeyConfig] = field(default_factory=dict)  # x-portkey-config: NAME
     source: str = ""
+    # Each provider's block as written (after ${ENV}): a reload keeps the running provider
+    # of an unchanged block. It holds credentials: out of repr.
+    provider_blocks: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def has_dev_key(self) -> bool:
         dev = hashlib.sha256(DEV_KEY.encode()).digest()
@@ -99,7 +115,8 @@ def parse(text: str, source: str = "<config>") -> Config:
     data = _substitute(raw if raw is not None else {}, "")
     top = mapping(data, "")
     known(top, "", TOP_KEYS)
-    providers = _providers(mapping(top.get("providers", {}), "providers"))
+    blocks = mapping(top.get("providers", {}), "providers")
+    providers = _providers(blocks)
     return Config(
         server=_server(mapping(top.get("server", {}), "server")),
         keys=_keys(mapping(top.get("auth", {}), "auth"), providers),
@@ -110,6 +127,7 @@ def parse(text: str, source: str = "<config>") -> Config:
         circuits=_circuits(mapping(top.get("circuit_breaker", {}), "circuit_breaker")),
         configs=_configs(mapping(top.get("configs", {}), "configs"), providers),
         source=source,
+        provider_blocks=blocks,
     )
 
 
@@ -137,7 +155,7 @@ def _env(match: re.Match[str], path: str) -> str:
 
 
 def _server(s: Mapping[str, Any]) -> ServerConfig:
-    known(s, "server", ("host", "port", "max_body_bytes", "limits"))
+    known(s, "server", ("host", "port", "max_body_bytes", "limits", "watch_config_s"))
     lim = mapping(s.get("limits", {}), "server.limits")
     known(lim, "server.limits", RequestLimits.__dataclass_fields__)
     return ServerConfig(
@@ -145,6 +163,7 @@ def _server(s: Mapping[str, Any]) -> ServerConfig:
         port=integer(s.get("port", 8080), "server.port", 0, 65535),
         max_body_bytes=integer(s.get("max_body_bytes", 4 << 20), "server.max_body_bytes", 1024),
         limits=RequestLimits(**{k: integer(v, f"server.limits.{k}", 1) for k, v in lim.items()}),
+        watch_config_s=nonnegative(s.get("watch_config_s", 2.0), "server.watch_config_s"),
     )
 
 

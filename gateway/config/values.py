@@ -68,10 +68,14 @@ def boolean(v: Any, path: str) -> bool:
     return v
 
 
-def weight(v: Any, path: str) -> float:
+def nonnegative(v: Any, path: str) -> float:
     if type(v) not in (int, float) or not 0 <= v < float("inf"):
         raise ConfigError(path, "expected a number >= 0")
     return float(v)
+
+
+def weight(v: Any, path: str) -> float:
+    return nonnegative(v, path)
 
 
 def statuses(v: Any, path: str) -> frozenset[int]:

@@ -95,6 +95,10 @@ class Limiter:
         if self._redis is not None:
             await self._redis.aclose()
 
+    def use_rules(self, book: RuleBook) -> None:
+        """A reloaded config's limits, same backend settings: the buckets keep their counts."""
+        self._book = book
+
     async def admit(self, key_id: str, model: str, label: str, cost: Callable[[], int]) -> Grant:
         found = self._book.rules(key_id, model)
         if not found.rules:

@@ -54,6 +54,7 @@ class OpenAICompatProvider:
         "vllm-server",
         "openai-compatible",
     )
+    reloadable: ClassVar[bool] = True
 
     def __init__(self, name: str, spec: DialectSpec, settings: Settings) -> None:
         self.name = name

@@ -54,6 +54,7 @@ class Plan:
 
 class VllmEngineProvider:
     type_tags: ClassVar[tuple[str, ...]] = ("vllm",)
+    reloadable: ClassVar[bool] = False  # a second engine beside this one: twice the memory
 
     def __init__(self, name: str, engine: Engine) -> None:
         self.name = name

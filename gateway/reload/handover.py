@@ -1,0 +1,141 @@
+"""The runtime that follows a reloaded config, built around the running one's parts: the same
+metrics and circuit breakers, the same rate limiter while `rate_limit` is unchanged (its counts
+go on), and the running provider of every provider block that is unchanged (its connections go
+on). What the new runtime adds is started before the swap; what it drops (`Leftovers`) closes
+once the old runtime's requests are over.
+
+A reload is refused (ConfigError, naming the YAML path) when a changed or new provider cannot be
+built beside the running one (`Provider.reloadable`) or fails to start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+
+from gateway.config import Config
+from gateway.errors import ConfigError
+from gateway.ratelimit import Limiter
+from gateway.runtime import Runtime, release, rulebook
+from providers.base import Provider
+
+# Read once when the server starts: a reload keeps the running values until a restart.
+PINNED: tuple[tuple[str, Callable[[Config], object]], ...] = (
+    ("server.host", lambda c: c.server.host),
+    ("server.port", lambda c: c.server.port),
+    ("metrics.enabled", lambda c: c.metrics.enabled),
+)
+# Config fields the reload's log line names as YAML sections; providers are reported apart.
+SECTION_NAMES = {"keys": "auth.keys", "circuits": "circuit_breaker"}
+NOT_SECTIONS = ("providers", "provider_blocks", "source")
+
+
+@dataclass(slots=True)
+class Leftovers:
+    """What the old runtime used and the new one does not."""
+
+    providers: list[Provider]
+    limiter: Limiter | None
+
+    def __bool__(self) -> bool:
+        return bool(self.providers) or self.limiter is not None
+
+    async def aclose(self) -> None:
+        await release(self.providers, self.limiter)
+
+
+@dataclass(frozen=True, slots=True)
+class Handover:
+    runtime: Runtime
+    leftovers: Leftovers
+    changed: tuple[str, ...]  # sections whose values changed (coarse: never a value)
+    rebuilt: tuple[str, ...]  # providers built anew: changed or added blocks
+    removed: tuple[str, ...]  # providers no longer configured
+    pinned: tuple[str, ...]  # changed settings that wait for a restart
+    fresh_limiter: bool  # rate_limit changed: a new limiter, its counts from zero
+
+
+async def successor(old: Runtime, new: Config) -> Handover:
+    providers = _providers(old, new)
+    fresh = {n: p for n, p in providers.items() if old.providers.get(n) is not p}
+    keep_limiter = new.rate_limit == old.config.rate_limit
+    limiter = old.limiter if keep_limiter else Limiter(new.rate_limit, rulebook(new), old.metrics)
+    added = Leftovers(list(fresh.values()), None if keep_limiter else limiter)
+    config = _pin(old.config, new, providers)
+    try:
+        await _start(fresh, added.limiter)
+        runtime = Runtime.assemble(config, providers, limiter, old.metrics, old.circuits)
+    except BaseException:
+        await added.aclose()
+        raise
+    if keep_limiter:
+        limiter.use_rules(rulebook(config))
+    runtime.started = True
+    gone = Leftovers(
+        [p for n, p in old.providers.items() if providers.get(n) is not p],
+        None if keep_limiter else old.limiter,
+    )
+    return Handover(
+        runtime,
+        gone,
+        changed=_changed_sections(old.config, config),
+        rebuilt=tuple(fresh),
+        removed=tuple(n for n in old.providers if n not in providers),
+        pinned=tuple(path for path, read in PINNED if read(old.config) != read(new)),
+        fresh_limiter=not keep_limiter,
+    )
+
+
+def _providers(old: Runtime, new: Config) -> dict[str, Provider]:
+    """The running provider of every unchanged block; the newly built one of the others."""
+    out: dict[str, Provider] = {}
+    for name, built in new.providers.items():
+        running = old.providers.get(name)
+        block = new.provider_blocks.get(name)
+        if running is not None and block is not None and block == _block(old, name):
+            out[name] = running
+            continue
+        if not built.reloadable:
+            raise ConfigError(f"providers.{name}", _NOT_RELOADABLE[running is not None])
+        out[name] = built
+    return out
+
+
+def _block(runtime: Runtime, name: str) -> object:
+    return runtime.config.provider_blocks.get(name)
+
+
+_NOT_RELOADABLE = {
+    True: "an in-process engine's settings change only with a restart "
+    "(the running engine holds its model in memory)",
+    False: "an in-process engine is added only with a restart",
+}
+
+
+async def _start(providers: Mapping[str, Provider], limiter: Limiter | None) -> None:
+    """Start what the new runtime adds; a failure refuses the reload (the caller closes)."""
+    names = list(providers)
+    results = await asyncio.gather(*(providers[n].start() for n in names), return_exceptions=True)
+    for name, result in zip(names, results, strict=True):
+        if isinstance(result, BaseException):
+            raise ConfigError(f"providers.{name}", f"failed to start: {result!r}")
+    if limiter is not None:
+        try:
+            await limiter.start()
+        except Exception as exc:
+            raise ConfigError("rate_limit", f"failed to start: {exc!r}") from None
+
+
+def _pin(old: Config, new: Config, providers: dict[str, Provider]) -> Config:
+    """The new config with the running values of PINNED, and the providers in use."""
+    server = replace(new.server, host=old.server.host, port=old.server.port)
+    return replace(new, server=server, metrics=old.metrics, providers=providers)
+
+
+def _changed_sections(old: Config, new: Config) -> tuple[str, ...]:
+    return tuple(
+        SECTION_NAMES.get(f.name, f.name)
+        for f in fields(Config)
+        if f.name not in NOT_SECTIONS and getattr(old, f.name) != getattr(new, f.name)
+    )
