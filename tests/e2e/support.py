@@ -141,6 +141,14 @@ def gateway_config(openai_url: str, fireworks_url: str, dead_port: int) -> str:
     return yaml.dump(config, Dumper=_PlainDumper, sort_keys=False)
 
 
+def scripted_providers(openai_url: str, fireworks_url: str) -> dict[str, Any]:
+    """`oai` and `fw`: the scripted upstreams, for the suites with a gateway of their own."""
+    return {
+        "oai": {"type": "openai", "base_url": openai_url, "api_key": OPENAI_TEST_KEY},
+        "fw": {"type": "fireworks", "base_url": fireworks_url, "api_key": FIREWORKS_TEST_KEY},
+    }
+
+
 class _PlainDumper(yaml.SafeDumper):
     """No &anchors/*aliases for the targets used by several models: a config a person reads."""
 

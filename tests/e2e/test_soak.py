@@ -1,0 +1,220 @@
+"""A one-minute soak: mixed faults under concurrency (errors, throttling, slow first bytes,
+dropped and reset connections, streams cut or failing in the middle, callers leaving). Every
+request ends answered or with a clear error, none hangs, and afterwards the gateway holds no
+more connections, file descriptors or tasks than it did before."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import orjson
+import pytest
+import yaml
+
+from tests.e2e.metrics_text import scrape
+from tests.e2e.support import FIREWORKS_MODEL, FULL_KEY, auth, scripted_providers
+from tests.gateway_proc import GatewayProcess
+from tests.upstreams.procs import ScriptedUpstream
+
+SOAK_S = float(os.environ.get("GATEWAY_SOAK_S", "60"))
+WARMUP_S = 3.0
+CONCURRENCY = 16
+CLIENT_TIMEOUT_S = 30.0  # far beyond any wait the config allows: reaching it means a hang
+QUICK = {"attempts": 1, "backoff_s": 0.02, "max_backoff_s": 0.05, "max_wait_s": 1}
+SLACK_FDS, SLACK_TASKS = 12, 8
+
+# (prompt, stream, leave after k events or None): the workload, cycled through.
+WORKLOAD = (
+    ("plain one", False, None),
+    ("plain two", True, None),
+    ("fails __status_500__", False, None),
+    ("throttled __status_429__", True, None),
+    ("slow __sleep_700__", False, None),
+    ("dropped __close__", True, None),
+    ("breaks __midstream_error__", True, None),
+    ("caller leaves", True, 2),
+    ("plain three", False, None),
+    ("plain four", True, None),
+)
+# Per-server faults for one upstream at a time (prompt markers reach both).
+SCRIPTS = (
+    {"reset": True, "times": 2},
+    {"cut_after": 2, "times": 2},
+    {"delay_ms": 700, "times": 1},
+    {"status": 503, "times": 3},
+)
+
+
+def config(openai_url: str, fireworks_url: str) -> str:
+    oai = {"provider": "oai", "model": "m-soak", "timeout": {"first_byte_s": 0.3}}
+    fw = {"provider": "fw", "model": FIREWORKS_MODEL, "timeout": {"first_byte_s": 0.3}}
+    return yaml.safe_dump(
+        {
+            "auth": {"keys": [{"id": "full", "key": FULL_KEY}]},
+            "providers": scripted_providers(openai_url, fireworks_url),
+            "models": {"mix": {"strategy": "fallback", "retry": QUICK, "targets": [oai, fw]}},
+            "circuit_breaker": {"failures": 15, "cooldown_s": 0.3},
+        }
+    )
+
+
+@dataclass
+class Tally:
+    outcomes: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+
+    def bad(self, what: str) -> None:
+        if len(self.problems) < 20:
+            self.problems.append(what)
+        self.outcomes["bad"] += 1
+
+
+def check_json(r: httpx.Response, tally: Tally) -> None:
+    body = orjson.loads(r.content)
+    if r.status_code == 200:
+        if not body["choices"] or body["usage"] is None:
+            tally.bad(f"200 without choices or usage: {body}")
+        tally.outcomes["ok"] += 1
+        return
+    error = body.get("error") or {}
+    if set(error) != {"message", "type", "param", "code"} or not error["message"]:
+        tally.bad(f"{r.status_code} not in OpenAI's shape: {body}")
+    tally.outcomes[f"error {r.status_code}"] += 1
+
+
+def check_stream(status: int, raw: bytes, tally: Tally) -> None:
+    """A 200 stream ends with [DONE], after either an error event or every choice's finish."""
+    if status != 200:
+        return check_json(httpx.Response(status, content=raw), tally)
+    events = [e.removeprefix(b"data: ") for e in raw.split(b"\n\n") if e]
+    if not events or events[-1] != b"[DONE]":
+        return tally.bad(f"stream without [DONE]: {raw[-200:]!r}")
+    last = orjson.loads(events[-2]) if len(events) > 1 else {}
+    if "error" in last:
+        tally.outcomes["stream error event"] += 1
+        return None
+    finished = any(c.get("finish_reason") for e in events[:-1] for c in orjson.loads(e)["choices"])
+    if not finished:
+        return tally.bad(f"stream ended without a finish or an error: {raw[-300:]!r}")
+    tally.outcomes["stream ok"] += 1
+    return None
+
+
+async def one(
+    client: httpx.AsyncClient, prompt: str, stream: bool, leave: int | None, tally: Tally
+) -> None:
+    body = {"model": "mix", "prompt": prompt, "max_tokens": 8, "stream": stream}
+    try:
+        async with client.stream("POST", "/v1/completions", json=body, headers=auth()) as r:
+            if leave is not None and r.status_code == 200:
+                events = 0
+                async for line in r.aiter_lines():
+                    events += line.startswith("data: ")
+                    if events >= leave:
+                        break
+                tally.outcomes["left"] += 1
+                return  # closing the response here is the caller leaving
+            raw = await r.aread()
+    except httpx.TimeoutException:
+        tally.bad(f"hung: {prompt!r} stream={stream}")
+        return
+    if stream:
+        check_stream(r.status_code, raw, tally)
+    else:
+        check_json(httpx.Response(r.status_code, content=raw), tally)
+
+
+async def load(url: str, seconds: float, upstreams: tuple[ScriptedUpstream, ...]) -> Tally:
+    tally = Tally()
+    work = itertools.cycle(WORKLOAD)
+    end = time.monotonic() + seconds
+    timeout = httpx.Timeout(CLIENT_TIMEOUT_S)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, trust_env=False) as client:
+
+        async def worker() -> None:
+            while time.monotonic() < end:
+                await one(client, *next(work), tally)
+
+        async def saboteur() -> None:
+            for step in itertools.cycle(SCRIPTS):
+                if time.monotonic() >= end:
+                    return
+                for upstream in upstreams:
+                    await asyncio.to_thread(upstream.script, step)
+                await asyncio.sleep(0.5)
+
+        await asyncio.gather(saboteur(), *(worker() for _ in range(CONCURRENCY)))
+    return tally
+
+
+@dataclass(frozen=True)
+class Usage:
+    fds: int
+    tasks: float
+    inflight: float
+
+
+def usage(gw: GatewayProcess) -> Usage:
+    metrics = scrape(gw.url)
+    return Usage(
+        len(os.listdir(f"/proc/{gw.pid}/fd")),
+        metrics.value("gateway_event_loop_tasks"),
+        metrics.value("gateway_inflight_requests"),
+    )
+
+
+def settled(gw: GatewayProcess) -> Usage:
+    """Usage once nothing is in flight (connections the callers left may take a moment)."""
+    deadline = time.monotonic() + 15
+    while (now := usage(gw)).inflight > 0:
+        assert time.monotonic() < deadline, f"requests still in flight: {now}"
+        time.sleep(0.1)
+    return now
+
+
+@pytest.fixture(scope="module")
+def soak_gateway(
+    scripted_openai_server: ScriptedUpstream,
+    scripted_fireworks_server: ScriptedUpstream,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[GatewayProcess]:
+    text = config(scripted_openai_server.url, scripted_fireworks_server.url)
+    with GatewayProcess(text, tmp_path_factory.mktemp("gateway-soak")) as gw:
+        yield gw
+
+
+def test_a_minute_of_mixed_faults(
+    soak_gateway: GatewayProcess,
+    scripted_openai_server: ScriptedUpstream,
+    scripted_fireworks_server: ScriptedUpstream,
+) -> None:
+    upstreams = (scripted_openai_server, scripted_fireworks_server)
+    for upstream in upstreams:
+        upstream.reset()
+    warm = asyncio.run(load(soak_gateway.url, WARMUP_S, upstreams))
+    assert not warm.problems, warm.problems
+    before = settled(soak_gateway)
+    tally = asyncio.run(load(soak_gateway.url, SOAK_S, upstreams))
+    after = settled(soak_gateway)
+    for upstream in upstreams:
+        upstream.reset()
+    assert not tally.problems, (tally.problems, tally.outcomes)
+    assert tally.outcomes["ok"] and tally.outcomes["stream ok"] and tally.outcomes["left"]
+    assert tally.outcomes["stream error event"]  # the faults did reach the callers
+    assert sum(n for k, n in tally.outcomes.items() if k.startswith("error ")), tally.outcomes
+    assert after.fds <= before.fds + SLACK_FDS, (before, after)
+    assert after.tasks <= before.tasks + SLACK_TASKS, (before, after)
+    r = httpx.post(
+        soak_gateway.url + "/v1/completions",
+        json={"model": "mix", "prompt": "still fine"},
+        headers=auth(),
+        timeout=CLIENT_TIMEOUT_S,
+    )
+    assert r.status_code == 200, r.text  # and it still serves
