@@ -35,7 +35,7 @@ QUICK = {"attempts": 1, "backoff_s": 0.02, "max_backoff_s": 0.05, "max_wait_s": 
 FIRST_BYTE_S = 0.4
 COOLDOWN_S = 1.0
 FW = {"provider": "fw", "model": FIREWORKS_MODEL}
-SDK_CASES = ("503", "500", "408", "429-no-retry", "400")
+SDK_CASES = ("503", "500", "408", "429", "429-no-retry", "400", "400-retry")
 
 
 def oai(model: str, **extra: Any) -> dict[str, Any]:
@@ -197,8 +197,11 @@ def state(env: Faults, model: str) -> float:
         ("503", {"status": 503}, 3),  # ≥ 500: retried (2 retries by default)
         ("500", {"status": 500}, 3),
         ("408", {"delay_ms": 3000}, 3),  # Portkey's request_timeout 408: retried
+        ("429", {"status": 429, "headers": {"retry-after-ms": "10"}}, 3),
         ("429-no-retry", {"status": 429, "headers": {"x-should-retry": "false"}}, 1),
         ("400", {"status": 400}, 1),
+        # An upstream's retry hint on a 400 is not passed on: the request stays bad.
+        ("400-retry", {"status": 400, "headers": {"x-should-retry": "true"}}, 1),
     ],
 )
 def test_the_sdk_retries_what_the_gateway_says_it_may(
