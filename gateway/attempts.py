@@ -117,8 +117,15 @@ class Attempts(Generic[T]):
                 self.prepared = prepared
                 return result
             self.retries, self.waited = self.retries + 1, self.waited + delay
-            await until_disconnect(asyncio.sleep(delay), self.ctx.receive)
+            await self._wait(delay, rec)
             prepared = self._prepare(leaf, target)  # a provider's state is one attempt's
+
+    async def _wait(self, delay: float, rec: RequestRecord) -> None:
+        began = time.perf_counter()
+        try:
+            await until_disconnect(asyncio.sleep(delay), self.ctx.receive)
+        finally:  # waiting out an upstream's failure is not the gateway's own time
+            rec.upstream_s += time.perf_counter() - began
 
     async def _try(
         self, leaf: Leaf, target: Target, prepared: Prepared, breaker: Breaker, rec: RequestRecord

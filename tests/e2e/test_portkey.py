@@ -53,7 +53,7 @@ def test_a_fallback_config_moves_on_and_says_where_it_ended(env: Env, how: str) 
 
 
 def test_config_retries_count_in_the_header(env: Env) -> None:
-    env.openai.script({"status": 429, "times": 2, "headers": {"retry-after": "0"}})
+    env.openai.script({"status": 429, "times": 2, "headers": {"retry-after-ms": "10"}})
     data = {
         "retry": {"attempts": 3, "on_status_codes": [429], "use_retry_after_header": True},
         "virtual_key": "oai",
