@@ -104,7 +104,7 @@ class Attempts(Generic[T]):
         rec.provider = target.provider
         last: GatewayError | None = None
         while True:
-            if not breaker.admit(time.monotonic()):
+            if breaker.state and not breaker.admit(time.monotonic()):  # CLOSED is 0
                 raise last or self._skipped(target, breaker)
             try:
                 result = await self._try(leaf, target, prepared, breaker, rec)

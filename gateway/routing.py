@@ -37,6 +37,14 @@ class Plan:
         return node, self.resolve(node)
 
 
+def _direct(node: Node) -> Node:
+    """A group that can only ever use its first child is that child: a single target's alias
+    runs no group at all. (An alias's paths are never shown to callers.)"""
+    while isinstance(node, Group) and (node.mode == "single" or len(node.children) == 1):
+        node = node.children[0]
+    return node
+
+
 def _configured(leaf: Leaf) -> Target:
     assert leaf.target is not None  # a model alias's leaves are built with their targets
     return leaf.target
@@ -45,7 +53,9 @@ def _configured(leaf: Leaf) -> Target:
 class Router:
     def __init__(self, config: Config, rng: random.Random | None = None) -> None:
         self._models = config.models
-        self._plans = {alias: Plan(m.tree, _configured) for alias, m in config.models.items()}
+        self._plans = {
+            alias: Plan(_direct(m.tree), _configured) for alias, m in config.models.items()
+        }
         self._rng = rng or random.Random()
 
     def jitter(self) -> float:
