@@ -1,4 +1,5 @@
-"""Circuit breakers, one per target (provider and configured model), kept across reloads.
+"""Circuit breakers: one per target (provider and configured model), kept across reloads; the
+rate limiter's Redis backend has one too.
 
 closed → open after `failures` failures in a row (timeouts, lost connections, 5xx answers);
 open: the target is skipped for `cooldown_s`; then half-open: one request probes it while the
@@ -39,39 +40,44 @@ Report = Callable[[str, str, int, bool], None]  # provider, model, state, whethe
 
 
 class Breaker:
+    """One breaker. A probe that never reports back (its caller left without a word) is
+    replaced after another cool-down: a breaker never stays half-open for good."""
+
     __slots__ = ("_report", "failures", "key", "opened_at", "policy", "probing", "state")
 
-    def __init__(self, key: tuple[str, str], policy: CircuitPolicy, report: Report) -> None:
+    def __init__(
+        self, policy: CircuitPolicy, key: tuple[str, str] = ("", ""), report: Report | None = None
+    ) -> None:
         self.key = key
         self.policy = policy
         self._report = report
         self.state = CLOSED
         self.failures = 0
-        self.opened_at = 0.0
+        self.opened_at = 0.0  # when it opened, or when its probe went out
         self.probing = False
 
     def admit(self, now: float) -> bool:
-        """May a request try this target now? In half-open, only the one probe may."""
+        """May a call go through now? In half-open, only the one probe may."""
         if self.state == CLOSED:
             return True
-        if self.state == OPEN and now - self.opened_at >= self.policy.cooldown_s:
+        if not (self.state == HALF_OPEN and not self.probing) and self.blocked(now):
+            return False
+        if self.state == OPEN:
             self._move(HALF_OPEN)
-        if self.state == HALF_OPEN and not self.probing:
-            self.probing = True
-            return True
-        return False
+        self.opened_at, self.probing = now, True
+        return True
 
     def blocked(self, now: float) -> bool:
         """admit() would say no (without moving to half-open)."""
-        if self.state == OPEN:
-            return now - self.opened_at < self.policy.cooldown_s
-        return self.state == HALF_OPEN and self.probing
+        if self.state == CLOSED or (self.state == HALF_OPEN and not self.probing):
+            return False
+        return now - self.opened_at < self.policy.cooldown_s
 
     def retry_in(self, now: float) -> float:
-        """Seconds until this target may be tried again (0: now)."""
-        if self.state == OPEN:
-            return max(0.0, self.policy.cooldown_s - (now - self.opened_at))
-        return 0.0
+        """Seconds until a call may go through again (0: now)."""
+        if not self.blocked(now):
+            return 0.0
+        return max(0.0, self.policy.cooldown_s - (now - self.opened_at))
 
     def succeeded(self) -> None:
         self.failures = 0
@@ -89,12 +95,13 @@ class Breaker:
             self._move(OPEN)
 
     def released(self) -> None:
-        """The attempt ended without telling (the caller left): let another request probe."""
+        """The call ended without telling (the caller left): let another one probe."""
         self.probing = False
 
     def _move(self, state: int) -> None:
         self.state = state
-        self._report(*self.key, state, True)
+        if self._report is not None:
+            self._report(*self.key, state, True)
 
 
 class Board:
@@ -126,6 +133,6 @@ class Board:
                 key = (provider, ANY_MODEL)
                 breaker = self._breakers.get(key)
             if breaker is None:
-                breaker = self._breakers[key] = Breaker(key, self._policy, self._report)
+                breaker = self._breakers[key] = Breaker(self._policy, key, self._report)
                 self._report(*key, CLOSED, False)
         return breaker

@@ -134,11 +134,19 @@ def strategy(v: Any, path: str) -> tuple[str, frozenset[int] | None]:
     s = mapping(v, path)
     known(s, path, ("mode", "on_status"))
     mode = one_of(s.get("mode"), f"{path}.mode", MODES)
-    if "on_status" not in s:
-        return mode, FALLBACK_STATUSES
+    return mode, fall_on(s, mode, "on_status", path, FALLBACK_STATUSES)
+
+
+def fall_on(
+    s: Mapping[str, Any], mode: str, key: str, path: str, default: frozenset[int] | None
+) -> frozenset[int] | None:
+    """The statuses a fallback moves on after, from `key` (the YAML's and Portkey's spellings
+    differ); only a fallback may list them."""
+    if key not in s:
+        return default
     if mode != "fallback":
-        raise ConfigError(f"{path}.on_status", "only a fallback has statuses to fall back on")
-    return mode, statuses(s["on_status"], f"{path}.on_status")
+        raise ConfigError(f"{path}.{key}", "only a fallback has statuses to fall back on")
+    return statuses(s[key], f"{path}.{key}")
 
 
 def timeouts(m: Mapping[str, Any], path: str, inherited: Timeouts) -> Timeouts:

@@ -26,7 +26,7 @@ from gateway.errors import ConfigError
 from gateway.retry import MAX_ATTEMPTS, RETRY_STATUSES, RetryPolicy
 from gateway.strategy import MODES, Group, Leaf, Node
 
-from .models import params
+from .models import fall_on, params
 from .values import boolean, integer, known, mapping, one_of, seq, statuses, text, weight
 
 ROOT = "config"  # Portkey's x-portkey-last-used-option-index is rooted here
@@ -191,11 +191,7 @@ def _strategy(v: Any, path: str) -> tuple[str, frozenset[int] | None]:
     if s.get("mode") == "conditional" or "conditions" in s or "default" in s:
         raise ConfigError(f"{path}.mode", "conditional routing is not supported by this gateway")
     mode = one_of(s.get("mode"), f"{path}.mode", MODES)
-    if "on_status_codes" not in s:
-        return mode, None
-    if mode != "fallback":
-        raise ConfigError(f"{path}.on_status_codes", "only a fallback has statuses to fall back on")
-    return mode, statuses(s["on_status_codes"], f"{path}.on_status_codes")
+    return mode, fall_on(s, mode, "on_status_codes", path, None)
 
 
 def _provider(m: Mapping[str, Any], path: str, providers: Collection[str]) -> str:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.circuits import CLOSED, OPEN, Breaker, CircuitPolicy
 from gateway.errors import InvalidRequest, RateLimited, ServiceUnavailable
-from gateway.ratelimit.breaker import Breaker
 from gateway.ratelimit.headers import ratelimit_headers, refusal_message, retry_headers
 from gateway.ratelimit.memory import MemoryBackend
 from gateway.ratelimit.redis_backend import BackendDown, RedisBackend
@@ -81,7 +82,7 @@ class Limiter:
         self._memory = MemoryBackend() if cfg.backend == "memory" else None
         self._redis = RedisBackend(cfg) if cfg.backend == "redis" else None
         self._local = MemoryBackend("local", divisor=cfg.replicas)
-        self._breaker = Breaker(cfg.breaker.failures, cfg.breaker.cooldown_s)
+        self._breaker = Breaker(CircuitPolicy(cfg.breaker.failures, cfg.breaker.cooldown_s))
         self._lease_prefix = secrets.token_hex(6) + "-"  # unique per process: leases are shared
         self._lease_count: Iterator[int] = itertools.count(1)
         self._allowed_counters: dict[tuple[str, str], Callable[[], None]] = {}
@@ -141,7 +142,7 @@ class Limiter:
 
     async def _decide(self, ask: Ask, label: str) -> tuple[Backend | None, Verdict | None]:
         assert self._redis is not None
-        if self._breaker.allow():
+        if self._breaker.admit(time.monotonic()):
             try:
                 verdict = await self._redis.admit(ask)
             except BackendDown as exc:
@@ -153,9 +154,9 @@ class Limiter:
 
     def _failed(self, exc: BackendDown) -> None:
         was = self._breaker.state
-        self._breaker.failure()
+        self._breaker.failed(time.monotonic())
         self._observer.ratelimit_backend_error(self._cfg.on_backend_error)
-        if self._breaker.state != was and self._breaker.state == "open":
+        if self._breaker.state != was and self._breaker.state == OPEN:
             self._observer.ratelimit_backend_up(False)
             log.warning(
                 "rate-limit backend unavailable (%s): on_backend_error=%s for the next %.0f s",
@@ -165,10 +166,10 @@ class Limiter:
             )
 
     def _recovered(self) -> None:
-        if self._breaker.state != "closed":
+        if self._breaker.state != CLOSED:
             log.warning("rate-limit backend is back: limits are shared again")
             self._observer.ratelimit_backend_up(True)
-        self._breaker.success()
+        self._breaker.succeeded()
 
     def _degraded(self, ask: Ask, label: str) -> tuple[Backend | None, Verdict | None]:
         mode = self._cfg.on_backend_error
@@ -180,7 +181,7 @@ class Limiter:
         raise ServiceUnavailable(
             "The rate limiter's backend is unavailable, and this gateway admits no requests "
             "without it. Please try again shortly.",
-            headers=retry_headers(max(1.0, self._breaker.retry_in())),
+            headers=retry_headers(max(1.0, self._breaker.retry_in(time.monotonic()))),
         )
 
     def _refusal(self, verdict: Verdict, ask: Ask, label: str, backend: str) -> RateLimited:

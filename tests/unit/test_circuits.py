@@ -1,5 +1,6 @@
 """Circuit breakers: closed → open after failures in a row, skipped for the cool-down, one probe in
-half-open, its outcome deciding; the board keeps state across reloads and stays bounded."""
+half-open, its outcome deciding (the rate limiter's backend breaker is the same one); the board
+keeps state across reloads and stays bounded."""
 
 from __future__ import annotations
 
@@ -78,6 +79,14 @@ def test_a_probe_that_ends_without_an_answer_lets_the_next_one_probe() -> None:
     assert b.admit(13.0) and not b.admit(13.0)
     b.released()  # the caller left during the probe
     assert b.state == HALF_OPEN and b.admit(13.5)
+
+
+def test_a_probe_that_never_reports_is_replaced_after_a_cool_down() -> None:
+    b = breaker(CircuitPolicy(failures=1, cooldown_s=5.0))
+    b.failed(1000.0)
+    assert b.admit(1005.0)  # the probe's caller goes away: neither success nor failure
+    assert not b.admit(1009.9) and b.retry_in(1009.9) == pytest.approx(0.1)
+    assert b.admit(1010.0)  # another probe, not a breaker stuck half-open for good
 
 
 def test_zero_failures_turns_breakers_off() -> None:

@@ -1,5 +1,5 @@
 """The limiter's parts without Redis: GCRA arithmetic, the memory backend, rule resolution,
-headers and messages, the breaker, and the limiter's answers (429, 400, headers)."""
+headers and messages, and the limiter's answers (429, 400, headers)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from gateway.config import parse
 from gateway.errors import InvalidRequest, RateLimited, ServiceUnavailable
 from gateway.ratelimit import KeyLimits, Limiter, Limits, RateLimitConfig, RuleBook
-from gateway.ratelimit.breaker import Breaker
 from gateway.ratelimit.headers import duration, ratelimit_headers
 from gateway.ratelimit.memory import MemoryBackend, settle_tat
 from gateway.ratelimit.rules import Ask, Rule, RuleSet
@@ -311,40 +310,6 @@ def test_rule_sets_put_rate_rules_first() -> None:
     assert found.rates == (("t", 60 / 9, True), ("k:a:r", 20.0, False))
     assert found.slots == (("p", 2),)
     assert found.reported == (("requests", (1,)), ("tokens", (0,)))
-
-
-# ---------------------------------------------------------------- breaker
-
-
-def test_breaker_opens_after_failures_then_probes_once() -> None:
-    clock = Clock()
-    b = Breaker(2, 5.0, clock)
-    b.failure()
-    assert b.allow()
-    b.failure()
-    assert not b.allow() and b.retry_in() == pytest.approx(5.0)
-    clock.now += 5.0
-    assert b.allow()  # the probe
-    assert not b.allow()  # only one at a time
-    b.failure()  # the probe failed: open again for a whole cool-down
-    clock.now += 4.9
-    assert not b.allow()
-    clock.now += 0.1
-    assert b.allow()
-    b.success()
-    assert b.allow() and b.allow() and b.retry_in() == 0.0
-
-
-def test_a_probe_that_never_reports_is_replaced() -> None:
-    clock = Clock()
-    b = Breaker(1, 5.0, clock)
-    b.failure()
-    clock.now += 5.0
-    assert b.allow()  # the probe's caller goes away: neither success nor failure
-    clock.now += 4.9
-    assert not b.allow()
-    clock.now += 0.1
-    assert b.allow()  # another probe, not a breaker stuck open for good
 
 
 # ---------------------------------------------------------------- the limiter
