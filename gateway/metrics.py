@@ -231,6 +231,11 @@ class Metrics:
         if self.enabled:
             self._child("backend_errors", mode).inc()
 
+    def ratelimit_backend_started(self, mode: str) -> None:
+        if self.enabled:
+            self._child("backend_errors", mode)
+            self.m["backend_up"].set(1)
+
     def ratelimit_backend_up(self, up: bool) -> None:
         if self.enabled:
             self.m["backend_up"].set(1 if up else 0)

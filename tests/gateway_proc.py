@@ -42,8 +42,10 @@ class GatewayProcess(StopOnExit):
         log_level: str = "warning",
         timeout: float = READY_TIMEOUT_S,
         workers: int = 1,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.workers = workers
+        self.extra_args = extra_args
         self.config = workdir / "gateway.yaml"
         self.config.write_text(config_text)
         self._server = start_on_free_port(
@@ -73,6 +75,7 @@ class GatewayProcess(StopOnExit):
             log_level,
             "--workers",
             str(self.workers),
+            *self.extra_args,
         ]
 
     @property

@@ -40,6 +40,10 @@ class Observer(Protocol):
 
     def ratelimit_backend_error(self, mode: str) -> None: ...
 
+    def ratelimit_backend_started(self, mode: str) -> None:
+        """The backend is in use; its error count shows from 0 (a rate sees the first one)."""
+        ...
+
     def ratelimit_backend_up(self, up: bool) -> None: ...
 
 
@@ -90,7 +94,7 @@ class Limiter:
     async def start(self) -> None:
         if self._redis is not None:
             await self._redis.start()
-            self._observer.ratelimit_backend_up(True)
+            self._observer.ratelimit_backend_started(self._cfg.on_backend_error)
 
     async def aclose(self) -> None:
         if self._redis is not None:

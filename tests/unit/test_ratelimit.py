@@ -43,6 +43,9 @@ class Seen:
     def ratelimit_backend_error(self, mode: str) -> None:
         self.errors.append(mode)
 
+    def ratelimit_backend_started(self, mode: str) -> None:
+        self.up.append(True)
+
     def ratelimit_backend_up(self, up: bool) -> None:
         self.up.append(up)
 

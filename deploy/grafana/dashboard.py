@@ -1,0 +1,240 @@
+"""Writes dashboard.json, the gateway's Grafana dashboard, from the panel table below.
+
+    python deploy/grafana/dashboard.py            # rewrite dashboard.json
+    python deploy/grafana/dashboard.py --check    # exit 1 if dashboard.json is not current
+
+Edit the table, not the JSON: `make chart-check` fails when they differ, runs every query
+through promtool, and evaluates each one on a real Prometheus scraping a gateway under traffic.
+Variables: $datasource (Prometheus), $job (the scrape job), $model (aliases; All by default).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).with_name("dashboard.json")
+UID = "completions-gateway"
+SEL = 'job=~"$job"'  # every query is limited to the chosen scrape jobs
+MODEL = f'{SEL}, model=~"$model"'
+GENAI_MODEL = f'{SEL}, gen_ai_request_model=~"$model"'
+RI = "$__rate_interval"
+
+
+def quantiles(
+    metric: str, selector: str, by: str = "", qs: tuple[float, ...] = (0.5, 0.95, 0.99)
+) -> list[tuple[str, str]]:
+    """histogram_quantile targets, one per quantile: (expr, legend)."""
+    group = f"le, {by}" if by else "le"
+    prefix = f"{{{{{by}}}}} " if by else ""
+    return [
+        (
+            f"histogram_quantile({q}, sum by ({group}) "
+            f"(rate({metric}_bucket{{{selector}}}[{RI}])))",
+            f"{prefix}p{round(q * 100)}",
+        )
+        for q in qs
+    ]
+
+
+# Rows of panels: (title, kind, unit, width, [(expr, legend), ...]); kind is a Grafana panel
+# type. Widths are in Grafana's 24-column grid; a row's panels are 8 units high.
+ROWS: list[tuple[str, list[tuple[str, str, str, int, list[tuple[str, str]]]]]] = [
+    ("Overview", [
+        ("Requests/s", "stat", "reqps", 6,
+         [(f"sum(rate(gateway_requests_total{{{MODEL}}}[{RI}]))", "requests/s")]),
+        ("5xx share", "stat", "percentunit", 6,
+         [(f'sum(rate(gateway_requests_total{{{MODEL}, status=~"5.."}}[{RI}])) '
+           f"/ sum(rate(gateway_requests_total{{{MODEL}}}[{RI}]))", "5xx")]),
+        ("Requests in progress", "stat", "short", 6,
+         [(f"sum(gateway_inflight_requests{{{SEL}}})", "in flight")]),
+        ("Tokens/s", "stat", "short", 6,
+         [(f"sum(rate(gateway_tokens_total{{{MODEL}}}[{RI}]))", "tokens/s")]),
+    ]),
+    ("Traffic", [
+        ("Requests/s by model and status", "timeseries", "reqps", 12,
+         [(f"sum by (model, status) (rate(gateway_requests_total{{{MODEL}}}[{RI}]))",
+           "{{model}} {{status}}")]),
+        ("Error share by model (4xx, 5xx)", "timeseries", "percentunit", 12,
+         [(f'sum by (model) (rate(gateway_requests_total{{{MODEL}, status=~"5.."}}[{RI}])) '
+           f"/ sum by (model) (rate(gateway_requests_total{{{MODEL}}}[{RI}]))", "{{model}} 5xx"),
+          (f'sum by (model) (rate(gateway_requests_total{{{MODEL}, status=~"4.."}}[{RI}])) '
+           f"/ sum by (model) (rate(gateway_requests_total{{{MODEL}}}[{RI}]))", "{{model}} 4xx")]),
+        ("Requests in progress by pod", "timeseries", "short", 12,
+         [(f"sum by (instance) (gateway_inflight_requests{{{SEL}}})", "{{instance}}")]),
+        ("Streams vs whole answers", "timeseries", "reqps", 12,
+         [(f"sum by (stream) (rate(gateway_requests_total{{{MODEL}}}[{RI}]))",
+           "stream={{stream}}")]),
+    ]),
+    ("Latency", [
+        ("Request time", "timeseries", "s", 12,
+         quantiles("gateway_request_duration_seconds", MODEL)),
+        ("Time to first token (streams)", "timeseries", "s", 12,
+         quantiles("gen_ai_server_time_to_first_token_seconds", GENAI_MODEL)),
+        ("Time per output token (streams)", "timeseries", "s", 8,
+         quantiles("gen_ai_server_time_per_output_token_seconds", GENAI_MODEL, qs=(0.5, 0.95))),
+        ("Gateway overhead (time not waiting on providers)", "timeseries", "s", 8,
+         quantiles("gateway_overhead_seconds", MODEL)),
+        ("Provider time p95 by provider", "timeseries", "s", 8,
+         quantiles("gen_ai_client_operation_duration_seconds", GENAI_MODEL,
+                   by="gen_ai_provider_name", qs=(0.95,))),
+    ]),
+    ("Tokens", [
+        ("Tokens/s by model and type", "timeseries", "short", 12,
+         [(f"sum by (model, type) (rate(gateway_tokens_total{{{MODEL}}}[{RI}]))",
+           "{{model}} {{type}}")]),
+        ("Output tokens per request (p50, p95)", "timeseries", "short", 12,
+         quantiles("gen_ai_client_token_usage", f'{GENAI_MODEL}, gen_ai_token_type="output"',
+                   qs=(0.5, 0.95))),
+    ]),
+    ("Rate limits", [
+        ("Rate-limit refusals/s by limit", "timeseries", "reqps", 12,
+         [(f'sum by (model, result, limit) (rate(gateway_ratelimit_decisions_total{{{MODEL}, '
+           f'result!="allowed"}}[{RI}]))', "{{model}} {{result}} {{limit}}")]),
+        ("Decisions/s by backend (local, none: Redis unavailable)", "timeseries", "reqps", 12,
+         [(f"sum by (backend) (rate(gateway_ratelimit_decisions_total{{{MODEL}}}[{RI}]))",
+           "{{backend}}")]),
+        ("Redis errors/s", "timeseries", "short", 12,
+         [(f"sum by (mode) (rate(gateway_ratelimit_backend_errors_total{{{SEL}}}[{RI}]))",
+           "on_backend_error={{mode}}")]),
+        ("Redis in use (1) by pod", "timeseries", "short", 12,
+         [(f"min by (instance) (gateway_ratelimit_backend_up{{{SEL}}})", "{{instance}}")]),
+    ]),
+    ("Upstreams", [
+        ("Provider errors/s by kind", "timeseries", "short", 12,
+         [(f"sum by (provider, kind) (rate(gateway_upstream_errors_total{{{SEL}}}[{RI}]))",
+           "{{provider}} {{kind}}")]),
+        ("Provider calls/s by outcome", "timeseries", "short", 12,
+         [(f"sum by (provider, outcome) (rate(gateway_upstream_attempts_total{{{SEL}}}[{RI}]))",
+           "{{provider}} {{outcome}}")]),
+        ("Circuit state (0 closed, 1 half-open, 2 open)", "state-timeline", "short", 12,
+         [(f"max by (provider, upstream_model) (gateway_circuit_state{{{SEL}}})",
+           "{{provider}}/{{upstream_model}}")]),
+        ("Circuit changes", "timeseries", "short", 12,
+         [(f"sum by (provider, upstream_model, state) "
+           f"(increase(gateway_circuit_transitions_total{{{SEL}}}[{RI}]))",
+           "{{provider}}/{{upstream_model}} → {{state}}")]),
+    ]),
+    ("Process", [
+        ("CPU (cores) by pod", "timeseries", "short", 8,
+         [(f"sum by (instance) (rate(process_cpu_seconds_total{{{SEL}}}[{RI}]))",
+           "{{instance}}")]),
+        ("Memory by pod", "timeseries", "bytes", 8,
+         [(f"sum by (instance) (process_resident_memory_bytes{{{SEL}}})", "{{instance}}")]),
+        ("Event-loop tasks by pod", "timeseries", "short", 8,
+         [(f"sum by (instance) (gateway_event_loop_tasks{{{SEL}}})", "{{instance}}")]),
+        ("Config reloads", "timeseries", "short", 12,
+         [(f"sum by (result) (increase(gateway_config_reloads_total{{{SEL}}}[{RI}]))",
+           "{{result}}")]),
+        ("Last reload succeeded (1) by pod", "timeseries", "short", 12,
+         [(f"min by (instance) (gateway_config_last_reload_success{{{SEL}}})",
+           "{{instance}}")]),
+    ]),
+]  # fmt: skip
+
+CIRCUIT_MAPPINGS = [
+    {"type": "value", "options": {
+        "0": {"text": "closed", "color": "green"},
+        "1": {"text": "half-open", "color": "yellow"},
+        "2": {"text": "open", "color": "red"},
+    }},
+]  # fmt: skip
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+
+def panel(pid: int, title: str, kind: str, unit: str, grid: dict[str, int],
+          queries: list[tuple[str, str]]) -> dict[str, Any]:  # fmt: skip
+    defaults: dict[str, Any] = {"unit": unit}
+    if kind == "state-timeline":
+        defaults["mappings"] = CIRCUIT_MAPPINGS
+    return {
+        "id": pid,
+        "type": kind,
+        "title": title,
+        "datasource": DATASOURCE,
+        "gridPos": grid,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+        "targets": [target(i, expr, legend) for i, (expr, legend) in enumerate(queries)],
+    }
+
+
+def target(i: int, expr: str, legend: str) -> dict[str, Any]:
+    ref = chr(ord("A") + i)
+    return {"refId": ref, "datasource": DATASOURCE, "expr": expr, "legendFormat": legend}
+
+
+def panels() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    y = 0
+    for row_title, row in ROWS:
+        out.append({"id": len(out) + 1, "type": "row", "title": row_title, "collapsed": False,
+                    "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})  # fmt: skip
+        y += 1
+        x = 0
+        for title, kind, unit, width, queries in row:
+            if x + width > 24:
+                x, y = 0, y + 8
+            grid = {"h": 8, "w": width, "x": x, "y": y}
+            out.append(panel(len(out) + 1, title, kind, unit, grid, queries))
+            x += width
+        y += 8
+    return out
+
+
+def variable(name: str, label: str, query: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name, "label": label, "type": "query", "datasource": DATASOURCE,
+        "query": {"query": query, "refId": name}, "definition": query, "refresh": 2,
+        "includeAll": True, "multi": True, "allValue": ".*", "sort": 1,
+        "current": {"text": "All", "value": "$__all"}, **extra,
+    }  # fmt: skip
+
+
+VARIABLES = [
+    {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus"},
+    variable("job", "Job", "label_values(gateway_requests_total, job)"),
+    variable("model", "Model", 'label_values(gateway_requests_total{job=~"$job"}, model)'),
+]
+
+
+def dashboard() -> dict[str, Any]:
+    return {
+        "uid": UID,
+        "title": "Completions gateway",
+        "description": "Traffic, latency, tokens, rate limits and upstream health of the "
+        "OpenAI-compatible completions gateway (deploy/grafana/dashboard.py).",
+        "tags": ["completions-gateway", "llm"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "30s",
+        "time": {"from": "now-1h", "to": "now"},
+        "templating": {"list": VARIABLES},
+        "annotations": {"list": []},
+        "panels": panels(),
+    }
+
+
+def render() -> str:
+    return json.dumps(dashboard(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = render()
+    if argv[1:] == ["--check"]:
+        if OUT.read_text() != text:
+            print(f"{OUT} is not current: run python {__file__}", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

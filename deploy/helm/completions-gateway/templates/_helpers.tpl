@@ -1,0 +1,119 @@
+{{/* Names and labels (app.kubernetes.io/*). */}}
+{{- define "gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gateway.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gateway.commonLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "gateway.labels" -}}
+{{ include "gateway.commonLabels" . }}
+{{ include "gateway.selectorLabels" . }}
+{{- end }}
+
+{{- define "gateway.redisLabels" -}}
+{{ include "gateway.commonLabels" . }}
+{{ include "gateway.redisSelectorLabels" . }}
+{{- end }}
+
+{{- define "gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{- define "gateway.redisName" -}}
+{{- printf "%s-redis" (include "gateway.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gateway.redisSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: redis
+{{- end }}
+
+{{- define "gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gateway.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret whose keys become the gateway's environment. */}}
+{{- define "gateway.secretName" -}}
+{{- default (include "gateway.fullname" .) .Values.secret.existingSecret }}
+{{- end }}
+
+{{/* Is rate limiting shared through a Redis this chart wires up? */}}
+{{- define "gateway.redisWired" -}}
+{{- if and .Values.redis.enabled (or .Values.externalRedis.url .Values.externalRedis.existingSecret) }}
+{{- fail "redis.enabled and externalRedis are exclusive: use the in-cluster Redis or an external one" }}
+{{- end }}
+{{- if or .Values.redis.enabled .Values.externalRedis.url .Values.externalRedis.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* Pods that can run at once: the rate limiter's fallback (Redis down) divides each limit
+     by this, so that all pods together never admit more than the limit. */}}
+{{- define "gateway.maxPods" -}}
+{{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.maxReplicas }}{{ else }}{{ .Values.replicaCount }}{{ end }}
+{{- end }}
+
+{{/* The gateway's config.yaml: the user's config plus what the deployment decides (listen
+     address and port; the Redis the chart wires up). */}}
+{{- define "gateway.config" -}}
+{{- $cfg := deepCopy .Values.config }}
+{{- $server := deepCopy (default dict $cfg.server) }}
+{{- $_ := set $server "host" "0.0.0.0" }}
+{{- $_ := set $server "port" 8080 }}
+{{- $_ := set $cfg "server" $server }}
+{{- if include "gateway.redisWired" . }}
+{{- $limits := deepCopy (default dict $cfg.rate_limit) }}
+{{- $_ := set $limits "backend" "redis" }}
+{{- $_ := set $limits "redis_url" "${GATEWAY_REDIS_URL}" }}
+{{- $_ := set $limits "replicas" (int (include "gateway.maxPods" .)) }}
+{{- $_ := set $cfg "rate_limit" $limits }}
+{{- end }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/* Seconds a stopping pod may take: the preStop wait, the requests in progress, a margin. */}}
+{{- define "gateway.gracePeriod" -}}
+{{- add .Values.gateway.preStopSeconds .Values.gateway.maxRequestSeconds 15 }}
+{{- end }}
+
+{{/* The gateway container's env list (without the Secret, which comes through envFrom). */}}
+{{- define "gateway.env" -}}
+{{- if include "gateway.redisWired" . }}
+- name: GATEWAY_REDIS_URL
+{{- if .Values.redis.enabled }}
+  value: "redis://{{ include "gateway.redisName" . }}:6379/0"
+{{- else if .Values.externalRedis.existingSecret }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.externalRedis.existingSecret }}
+      key: {{ .Values.externalRedis.existingSecretKey }}
+{{- else }}
+  value: {{ .Values.externalRedis.url | quote }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

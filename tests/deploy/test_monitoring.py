@@ -1,0 +1,344 @@
+"""The Grafana dashboard (deploy/grafana) and the alert rules (deploy/prometheus), checked
+against the real thing: promtool parses every rule and every dashboard query; then a real
+gateway serves traffic of every kind (streams, rate-limit refusals, upstream 5xx, an
+unreachable provider, an open circuit, a dead Redis), a real Prometheus scrapes it and
+evaluates the rules, and each metric and label the queries use must be one /metrics exports,
+each dashboard query must return data, and the alerts for what went wrong must fire."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from tests.deploy.promql import used
+from tests.e2e.metrics_text import scrape
+from tests.e2e.support import scripted_providers
+from tests.gateway_proc import GatewayProcess
+from tests.redis_proc import RedisServer
+from tests.upstreams.procs import (
+    OPENAI_TEST_KEY,
+    REPO_ROOT,
+    ScriptedUpstream,
+    ServerProcess,
+    free_port,
+    start_on_free_port,
+    start_scripted,
+)
+
+ALERTS = REPO_ROOT / "deploy" / "prometheus" / "alerts.yaml"
+DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "dashboard.json"
+GENERATOR = REPO_ROOT / "deploy" / "grafana" / "dashboard.py"
+# Grafana's variables, as a query with every value selected reads them.
+VARIABLES = {"$__rate_interval": "1m", "$job": ".*", "$model": ".*"}
+TARGET_LABELS = {"job", "instance"}  # added by Prometheus to every scraped series
+JOB = "completions-gateway"
+FULL_KEY, LIMITED_KEY = "sk-monitoring-full", "sk-monitoring-limited"
+POLL_S = 60.0
+# What went wrong in the traffic below, and the alerts that must fire (pending: their `for`).
+EXPECTED_ALERTS = {
+    "GatewayHighErrorRate", "GatewayUpstreamErrors", "GatewayCircuitOpen",
+    "GatewayRateLimitBackendErrors", "GatewayRateLimiterFallback", "GatewayRateLimitBackendDown",
+}  # fmt: skip
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.fail("promtool is missing: `apt-get install prometheus` (make chart-check does)")
+    return found
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    groups = yaml.safe_load(ALERTS.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def dashboard() -> dict[str, Any]:
+    return dict(json.loads(DASHBOARD.read_text()))
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, PromQL as Grafana sends it with every value selected)."""
+    out = []
+    for p in dashboard()["panels"]:
+        for t in p.get("targets", []):
+            out.append((f"{p['title']} [{t['refId']}]", substitute(t["expr"])))
+    return out
+
+
+def substitute(expr: str) -> str:
+    for name, value in VARIABLES.items():
+        expr = expr.replace(name, value)
+    assert "$" not in expr, f"an unknown variable in {expr}"
+    return expr
+
+
+def all_queries() -> list[tuple[str, str]]:
+    alerts = [(f"alert {r['alert']}", r["expr"]) for r in alert_rules()]
+    return dashboard_queries() + alerts
+
+
+# ---------------------------------------------------------------- static checks
+
+
+def test_the_alert_rules_pass_promtool() -> None:
+    run = subprocess.run([promtool(), "check", "rules", str(ALERTS)], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"SUCCESS: {len(alert_rules())} rules found" in run.stdout
+
+
+def test_every_dashboard_query_passes_promtool(tmp_path: Path) -> None:
+    """Each query as a recording rule: promtool parses it as Prometheus would."""
+    rules = [{"record": f"dashboard:query_{i}", "expr": q} for i, (_, q) in
+             enumerate(dashboard_queries())]  # fmt: skip
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    run = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in run.stdout
+
+
+def test_promtool_refuses_a_broken_query(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    rule = {"record": "x:y", "expr": "sum(rate(gateway_requests_total[1m])"}
+    path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [rule]}]}))
+    run = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert run.returncode != 0 and "unclosed left parenthesis" in run.stdout + run.stderr
+
+
+def test_the_dashboard_is_generated_from_its_table() -> None:
+    run = subprocess.run([sys.executable, str(GENERATOR), "--check"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+
+
+def test_the_dashboard_layout() -> None:
+    d = dashboard()
+    assert d["uid"] and d["title"] and d["schemaVersion"] >= 36
+    ids = [p["id"] for p in d["panels"]]
+    assert len(ids) == len(set(ids))
+    taken: set[tuple[int, int]] = set()
+    for p in d["panels"]:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        cells = {(x, y) for x in range(g["x"], g["x"] + g["w"])
+                 for y in range(g["y"], g["y"] + g["h"])}  # fmt: skip
+        assert not cells & taken, f"{p['title']} overlaps another panel"
+        taken |= cells
+        if p["type"] != "row":
+            assert p["datasource"]["uid"] == "${datasource}" and p["targets"], p["title"]
+    names = {v["name"] for v in d["templating"]["list"]}
+    assert names == {"datasource", "job", "model"}
+
+
+# What the dashboard and the alerts must show, by the metrics that carry it.
+DASHBOARD_TOPICS = {
+    "traffic by model and status": "gateway_requests_total",
+    "latency percentiles": "gateway_request_duration_seconds_bucket",
+    "time to first token": "gen_ai_server_time_to_first_token_seconds_bucket",
+    "tokens per second": "gateway_tokens_total",
+    "gateway overhead": "gateway_overhead_seconds_bucket",
+    "rate-limit rejections": "gateway_ratelimit_decisions_total",
+    "upstream errors": "gateway_upstream_errors_total",
+    "circuit states": "gateway_circuit_state",
+    "in flight": "gateway_inflight_requests",
+}
+ALERT_TOPICS = {
+    "error rate": "gateway_requests_total",
+    "latency": "gateway_request_duration_seconds_bucket",
+    "redis errors": "gateway_ratelimit_backend_errors_total",
+    "limiter fallbacks": "gateway_ratelimit_decisions_total",
+}
+
+
+def test_the_dashboard_and_alerts_cover_what_operators_watch() -> None:
+    shown = set().union(*(used(q).metrics for _, q in dashboard_queries()))
+    assert {t: m for t, m in DASHBOARD_TOPICS.items() if m not in shown} == {}
+    alerted = set().union(*(used(r["expr"]).metrics for r in alert_rules()))
+    assert {t: m for t, m in ALERT_TOPICS.items() if m not in alerted} == {}
+    requests = next(q for t, q in dashboard_queries() if t.startswith("Requests/s by model"))
+    assert {"model", "status"} <= used(requests).labels
+
+
+def test_the_query_reader() -> None:
+    """The metric and label extraction the checks below rely on."""
+    u = used(
+        'histogram_quantile(0.95, sum by (le, model) (rate(x_bucket{job=~"a|b", stream="false"}'
+        "[5m]))) / ignoring(k) sum without (q) (y_total offset 5m) > 0.5 and on (m) max(z)"
+    )
+    assert u.metrics == {"x_bucket", "y_total", "z"}
+    assert u.labels == {"le", "model", "job", "stream", "k", "q", "m"}
+
+
+# ---------------------------------------------------------------- against the real thing
+
+
+@dataclass
+class Observed:
+    """What /metrics exported after the traffic, and a Prometheus that scraped it."""
+
+    labels_of: dict[str, set[str]]  # sample name -> label names seen on it
+    prometheus: httpx.Client
+
+
+def gateway_config(upstream: ScriptedUpstream, redis_url: str) -> str:
+    oai = scripted_providers(upstream.url, "http://127.0.0.1:1/v1")["oai"]
+    return yaml.safe_dump({
+        "auth": {"keys": [
+            {"id": "full", "key": FULL_KEY, "limits": {"rpm": 100000}},
+            {"id": "limited", "key": LIMITED_KEY, "limits": {"rpm": 2}},
+        ]},
+        "providers": {
+            "oai": oai,
+            "dead": {"type": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1",
+                     "api_key": OPENAI_TEST_KEY},
+        },
+        "models": {
+            "ok": {"targets": [{"provider": "oai", "model": "m-ok"}]},
+            "failing": {"targets": [{"provider": "oai", "model": "m-failing"}]},
+            "unreachable": {"targets": [{"provider": "dead", "model": "m-dead"}]},
+        },
+        "circuit_breaker": {"failures": 2, "cooldown_s": 3600},
+        "rate_limit": {"backend": "redis", "redis_url": redis_url, "on_backend_error": "local",
+                       "timeout_ms": 200, "breaker": {"failures": 1, "cooldown_s": 3600}},
+    })  # fmt: skip
+
+
+def traffic(gw: GatewayProcess) -> None:
+    """One round of every kind of request; errors are expected and counted, not raised."""
+    full = openai.OpenAI(base_url=gw.url + "/v1", api_key=FULL_KEY, max_retries=0)
+    limited = openai.OpenAI(base_url=gw.url + "/v1", api_key=LIMITED_KEY, max_retries=0)
+    calls = [
+        *[(full, {"model": "ok", "prompt": "hello", "max_tokens": 8})] * 3,
+        *[(full, {"model": "ok", "prompt": "hello", "max_tokens": 8, "stream": True})] * 3,
+        *[(limited, {"model": "ok", "prompt": "hi", "max_tokens": 4})] * 3,
+        *[(full, {"model": "failing", "prompt": "__status_500__"})] * 3,
+        (full, {"model": "unreachable", "prompt": "hello"}),
+    ]
+    with full, limited:
+        for client, kw in calls:
+            try:
+                out = client.completions.create(**kw)
+                if kw.get("stream"):
+                    list(out)
+            except openai.APIError:
+                pass
+
+
+def start_prometheus(workdir: Path, gateway_port: int) -> ServerProcess:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is missing: `apt-get install prometheus` (make chart-check does)")
+    config = workdir / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(ALERTS)],
+        "scrape_configs": [{"job_name": JOB,
+                            "static_configs": [{"targets": [f"127.0.0.1:{gateway_port}"]}]}],
+    }))  # fmt: skip
+    return start_on_free_port(
+        lambda port: [
+            binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
+        ],
+        ready_path="/-/ready",
+    )  # fmt: skip
+
+
+def query(prom: httpx.Client, expr: str) -> list[dict[str, Any]]:
+    r = prom.get("/api/v1/query", params={"query": expr})
+    body = r.json()
+    assert r.status_code == 200 and body["status"] == "success", (expr, body)
+    return list(body["data"]["result"])
+
+
+def wait_for_scrapes(prom: httpx.Client, n: int) -> None:
+    """Until Prometheus holds n more scrapes of the gateway than now (a readiness poll)."""
+    expr = f'count_over_time(up{{job="{JOB}"}}[10m])'
+
+    def count() -> int:
+        result = query(prom, expr)
+        return int(float(result[0]["value"][1])) if result else 0
+
+    target = count() + n
+    deadline = time.monotonic() + POLL_S
+    while count() < target:
+        assert time.monotonic() < deadline, f"Prometheus did not scrape {n} times"
+        time.sleep(0.2)
+
+
+def alerts(prom: httpx.Client) -> set[str]:
+    data = prom.get("/api/v1/alerts").json()["data"]["alerts"]
+    return {a["labels"]["alertname"] for a in data if a["state"] in ("pending", "firing")}
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
+    workdir = tmp_path_factory.mktemp("monitoring")
+    with (
+        start_scripted("openai", api_key=OPENAI_TEST_KEY) as upstream,
+        RedisServer() as redis,
+        GatewayProcess(gateway_config(upstream, redis.url), workdir) as gw,
+    ):
+        traffic(gw)  # Redis up: limits shared, refusals decided in Redis
+        with (
+            start_prometheus(workdir, gw.port) as prometheus,
+            httpx.Client(base_url=prometheus.url, timeout=10.0, trust_env=False) as prom,
+        ):
+            wait_for_scrapes(prom, 2)
+            redis.kill()  # the limiter falls back to local limits
+            # Traffic across scrapes, as in production: a rate sees a series' increases, and
+            # series that appear now (local decisions) increase after their first scrape.
+            traffic(gw)
+            wait_for_scrapes(prom, 1)
+            traffic(gw)
+            wait_for_scrapes(prom, 2)
+            labels_of: dict[str, set[str]] = {}
+            for sample in scrape(gw.url).samples:
+                labels_of.setdefault(sample.name, set()).update(sample.labels)
+            yield Observed(labels_of, prom)
+
+
+def test_every_metric_and_label_the_queries_use_is_exported(observed: Observed) -> None:
+    missing = {}
+    for title, expr in all_queries():
+        u = used(expr)
+        metrics = u.metrics - observed.labels_of.keys()
+        labels = u.labels - TARGET_LABELS
+        labels -= set().union(*(observed.labels_of.get(m, set()) for m in u.metrics))
+        if metrics or labels:
+            missing[title] = (sorted(metrics), sorted(labels))
+    assert missing == {}
+
+
+def test_every_dashboard_query_returns_data(observed: Observed) -> None:
+    empty = [title for title, expr in dashboard_queries() if not query(observed.prometheus, expr)]
+    assert empty == []
+
+
+def test_the_alert_rules_load_evaluate_and_fire(observed: Observed) -> None:
+    prom = observed.prometheus
+    deadline = time.monotonic() + POLL_S
+    while not alerts(prom) >= EXPECTED_ALERTS:
+        assert time.monotonic() < deadline, f"active: {sorted(alerts(prom))}"
+        time.sleep(0.2)
+    groups = prom.get("/api/v1/rules").json()["data"]["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert len(rules) == len(alert_rules())
+    assert [r["name"] for r in rules if r["health"] != "ok"] == []
+    assert "GatewayConfigReloadFailed" not in alerts(prom)  # nothing went wrong there
