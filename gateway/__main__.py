@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         help="on SIGTERM, how long requests in progress (streams too) may take to finish",
     )
     c = sub.add_parser("check-config", help="validate a config file")
-    c.add_argument("path")
+    c.add_argument("path", nargs="?", default=os.environ.get(CONFIG_ENV, "config.yaml"))
     h = sub.add_parser("hash-key", help="print the key_sha256 of an API key ('-' reads stdin)")
     h.add_argument("key")
     t = sub.add_parser(

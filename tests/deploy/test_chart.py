@@ -181,6 +181,7 @@ def test_the_deployment_runs_the_gateway_safely(rendered: dict[str, Objects], na
     assert volumes[mounts["/etc/gateway"]]["configMap"]["name"] == FULLNAME
     assert "--config=/etc/gateway/config.yaml" in c["args"]
     assert "emptyDir" in volumes[mounts["/tmp"]]  # the one writable place
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
 
 
 @pytest.mark.parametrize("name", sorted(VALUES_FILES))

@@ -142,3 +142,20 @@ def test_help_lists_the_command() -> None:
     run = gateway("--help")
     assert run.returncode == 0
     assert "make-tiny-model" in run.stdout
+
+
+def test_check_config_reads_gateway_config_without_a_path(tmp_path: Path) -> None:
+    """As in the image: `gateway check-config` checks the file the server would read."""
+    path = tmp_path / "mounted.yaml"
+    path.write_text("providers: {}\nmodels: {}\n")
+    env = {"PATH": "/usr/bin:/bin", "GATEWAY_CONFIG": str(path)}
+    run = subprocess.run([sys.executable, "-m", "gateway", "check-config"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0 and run.stdout.startswith(f"{path}: ok"), run.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "soon"])
+def test_shutdown_timeout_must_be_seconds(value: str) -> None:
+    run = gateway("serve", "--shutdown-timeout", value)
+    assert run.returncode == 2
+    assert f"--shutdown-timeout: expected seconds >= 0, got '{value}'" in run.stderr
