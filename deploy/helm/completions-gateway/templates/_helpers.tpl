@@ -93,8 +93,16 @@ app.kubernetes.io/component: redis
 {{- toYaml $cfg }}
 {{- end }}
 
-{{/* Seconds a stopping pod may take: the preStop wait, the requests in progress, a margin. */}}
+{{/* Seconds a stopping pod may take: the preStop wait, the requests in progress, a margin.
+     A model allowed to run longer than maxRequestSeconds would be cut by every rollout. */}}
 {{- define "gateway.gracePeriod" -}}
+{{- range $alias, $model := .Values.config.models }}
+{{- $t := $model.timeout | default dict }}
+{{- $total := $model.timeout_s | default (and (kindIs "map" $t) $t.total_s) }}
+{{- if and $total (gt (float64 $total) (float64 $.Values.gateway.maxRequestSeconds)) }}
+{{- fail (printf "config.models.%s: its total timeout (%v s) is above gateway.maxRequestSeconds (%v s); a stopping pod would cut its requests" $alias $total $.Values.gateway.maxRequestSeconds) }}
+{{- end }}
+{{- end }}
 {{- add .Values.gateway.preStopSeconds .Values.gateway.maxRequestSeconds 15 }}
 {{- end }}
 
