@@ -35,6 +35,7 @@ from tests.deploy.chart import (
     values_of,
 )
 from tests.deploy.crds import SCHEMAS
+from tests.gateway_proc import GatewayProcess
 from tests.upstreams.procs import REPO_ROOT
 
 KUBE_VERSIONS = ("1.25.0", "1.37.0")  # Chart.yaml's kubeVersion floor, and the newest schemas
@@ -398,3 +399,27 @@ def test_notes_say_how_to_connect(chart: helm.Chart) -> None:
     assert "counted by each pod alone" in text
     shared = notes(chart, values_of("autoscaling"))
     assert "shared by all pods through Redis" in shared and "limit / 12" in shared
+
+
+def test_the_rendered_config_serves_and_the_helm_test_pod_checks_it(
+    rendered: dict[str, Objects], tmp_path: Path
+) -> None:
+    """The default render's config boots a real gateway with the pod's environment, and the
+    `helm test` Pod's script passes against it (and fails with a wrong key)."""
+    objs = rendered["default"]
+    pod = objs[("Pod", f"{FULLNAME}-test")]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (check,) = pod["spec"]["containers"]
+    assert check["envFrom"] == container(objs)["envFrom"]
+    script = check["command"][-1]
+    env = pod_env(objs)
+    with GatewayProcess(gateway_config(objs), tmp_path, env=env) as gw:
+        good, wrong = (run_script(script, gw.url, key) for key in (env["GATEWAY_API_KEY"], "sk-x"))
+    assert good.returncode == 0 and "models: default" in good.stdout, good.stderr
+    assert wrong.returncode == 1 and "HTTP Error 401" in wrong.stderr
+
+
+def run_script(script: str, url: str, key: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "GATEWAY_URL": url, "GATEWAY_API_KEY": key}
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
