@@ -204,6 +204,72 @@ def _response_format(v: Any, name: str) -> dict[str, Any]:
     return v  # type: ignore[no-any-return]
 
 
+def _token_ids(v: Any, name: str) -> list[int]:
+    if type(v) is not list:
+        raise _bad(name, "an array of token ids", v)
+    _tokens(v, name)
+    return v
+
+
+def _strings(v: Any, name: str) -> list[str]:
+    if type(v) is not list:
+        raise _bad(name, "an array of strings", v)
+    for i, item in enumerate(v):
+        _string(item, f"{name}[{i}]")
+    return v
+
+
+# structured_outputs: vLLM's StructuredOutputsParams fields; one constraint at most.
+STRUCTURED_KINDS: dict[str, Validator] = {
+    "json": lambda v, n: v if type(v) in (dict, str) else _fail(n, "a JSON schema (object)", v),
+    "regex": _string,
+    "choice": lambda v, n: _strings(v, n) if v else _fail(n, "a non-empty array of strings", v),
+    "grammar": _string,
+    "json_object": _bool,
+    "structural_tag": _string,
+}
+STRUCTURED_OPTIONS: dict[str, Validator] = {
+    "disable_fallback": _bool,
+    "disable_any_whitespace": _bool,
+    "disable_additional_properties": _bool,
+    "whitespace_pattern": _string,
+}
+
+
+def _fail(name: str, what: str, value: Any) -> Any:
+    raise _bad(name, what, value)
+
+
+def _structured_outputs(v: Any, name: str) -> dict[str, Any]:
+    _object(v, name)
+    known = STRUCTURED_KINDS | STRUCTURED_OPTIONS
+    for key, value in v.items():
+        check = known.get(key)
+        if check is None:
+            raise _bad(f"{name}.{key}", "one of " + ", ".join(known), key)
+        if value is not None:
+            check(value, f"{name}.{key}")
+    kinds = [k for k in STRUCTURED_KINDS if v.get(k) not in (None, False)]
+    if len(kinds) != 1:
+        raise InvalidRequest(
+            f"'{name}' takes exactly one constraint of {', '.join(STRUCTURED_KINDS)}; "
+            f"got {len(kinds)}{': ' + ', '.join(kinds) if kinds else ''}.",
+            param=name,
+        )
+    return v  # type: ignore[no-any-return]
+
+
+def _xargs(v: Any, name: str) -> dict[str, Any]:
+    """vllm_xargs: str → str | int | float | a list of those (vLLM's type)."""
+    _object(v, name)
+    scalar = (str, int, float)
+    for key, value in v.items():
+        items = value if type(value) is list else [value]
+        if any(type(x) not in scalar for x in items):
+            raise _bad(f"{name}.{key}", "a string, a number or an array of them", value)
+    return v  # type: ignore[no-any-return]
+
+
 # ---------------------------------------------------------------- the field table
 
 OPENAI_FIELDS: dict[str, Validator] = {
@@ -213,7 +279,9 @@ OPENAI_FIELDS: dict[str, Validator] = {
     "echo": _bool,
     "frequency_penalty": _number(-2.0, 2.0),
     "logit_bias": _logit_bias,
-    "logprobs": _int(0, 5),
+    # OpenAI's cap of 5 is the dialects' (providers.params); vLLM allows up to its
+    # max_logprobs, and -1 for the whole vocabulary.
+    "logprobs": _int(-1),
     "max_tokens": _int(0),
     "n": _int(1, 128),
     "presence_penalty": _number(-2.0, 2.0),
@@ -238,7 +306,29 @@ EXTENSION_FIELDS: dict[str, Validator] = {
     "response_format": _response_format,
 }
 
-FIELDS: dict[str, Validator] = OPENAI_FIELDS | EXTENSION_FIELDS
+# vLLM's own extras (its CompletionRequest, protocol.md §8): types and ranges as vLLM checks them.
+VLLM_FIELDS: dict[str, Validator] = {
+    "prompt_logprobs": _int(-1),
+    "return_token_ids": _bool,
+    "return_tokens_as_token_ids": _bool,
+    "truncate_prompt_tokens": _int(-1, 2**63 - 1),
+    "truncation_side": _choice("left", "right"),
+    "min_tokens": _int(0),
+    "stop_token_ids": _token_ids,
+    "include_stop_str_in_output": _bool,
+    "skip_special_tokens": _bool,
+    "spaces_between_special_tokens": _bool,
+    "bad_words": _strings,
+    "allowed_token_ids": _token_ids,
+    "structured_outputs": _structured_outputs,
+    "use_beam_search": _bool,
+    "length_penalty": _number(),
+    "add_special_tokens": _bool,
+    "vllm_xargs": _xargs,
+    "priority": _int(-(2**63), 2**63 - 1),
+}
+
+FIELDS: dict[str, Validator] = OPENAI_FIELDS | EXTENSION_FIELDS | VLLM_FIELDS
 
 
 # ---------------------------------------------------------------- parse
@@ -296,6 +386,33 @@ def _cross_checks(f: Mapping[str, Any]) -> None:
         raise InvalidRequest("'mirostat_lr' requires 'mirostat_target'.", param="mirostat_lr")
     if f.get("max_tokens") == 0 and not f.get("echo", False):
         raise InvalidRequest("'max_tokens' may be 0 only with 'echo'.", param="max_tokens")
+    _vllm_cross_checks(f)
+
+
+def _vllm_cross_checks(f: Mapping[str, Any]) -> None:
+    """vLLM's own request checks (CompletionRequest validators, SamplingParams)."""
+    prompt_logprobs = f.get("prompt_logprobs")
+    if prompt_logprobs is not None and f.get("stream") and prompt_logprobs != 0:
+        raise InvalidRequest(
+            "'prompt_logprobs' are not available when 'stream' is enabled.",
+            param="prompt_logprobs",
+        )
+    if f.get("use_beam_search") and f.get("echo") and f.get("logprobs") is not None:
+        raise InvalidRequest(
+            "'echo' with 'logprobs' is not supported with beam search: beam search does not "
+            "compute prompt logprobs.",
+            param="echo",
+        )
+    min_tokens = f.get("min_tokens", 0)
+    max_tokens = f.get("max_tokens", DEFAULT_MAX_TOKENS)
+    if min_tokens > max(max_tokens, 1):
+        raise InvalidRequest(
+            f"'min_tokens' ({min_tokens}) must be less than or equal to 'max_tokens' "
+            f"({max_tokens}).",
+            param="min_tokens",
+        )
+    if f.get("allowed_token_ids") == []:
+        raise InvalidRequest("'allowed_token_ids' must not be empty.", param="allowed_token_ids")
 
 
 def _build(f: dict[str, Any], unknown: tuple[str, ...], limits: RequestLimits) -> CompletionRequest:

@@ -4,7 +4,8 @@ itself for the engine.
 Fields that reach `sampling.sampling_kwargs` pass; what the adapter carries out (best_of,
 context fitting, usage in streams) is emulated; Mirostat passes to the engine's logits
 processor. vLLM's own extras are not served by the engine yet, so unknown fields follow the
-model's `unsupported_params` (400 or drop), never a silent no-op.
+model's `unsupported_params` (400 or drop), never a silent no-op. vLLM's own extras are
+refused the same way until the engine serves them (each row below turns to `passes` as it does).
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from gateway.schemas import VLLM_FIELDS
 from providers.openai_compat.dialects.vllm import RULES as VLLM_SERVER
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
+
+NOT_YET = "not served by the in-process vLLM engine yet"
 
 RULES: Mapping[str, Rule] = MappingProxyType(
     derive(
@@ -25,6 +29,8 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         response_format=passes(),  # sampling.structured_outputs takes all three forms
         mirostat_target=passes(),  # ranges: sampling.mirostat_args (both must be > 0)
         mirostat_lr=passes(),
+        **{name: Rule(Action.REJECT, note=NOT_YET) for name in VLLM_FIELDS},
+        logprobs=passes(0, 5),  # OpenAI's cap, until the engine's max_logprobs is read
         **{UNKNOWN: Rule(Action.REJECT, note="not supported by the in-process vLLM engine")},
     )
 )

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gateway.errors import ConfigError, InvalidRequest, UnsupportedParameter
-from gateway.schemas import FIELDS, RequestLimits, validate_completion
+from gateway.schemas import FIELDS, VLLM_FIELDS, RequestLimits, validate_completion
 from providers.base import Target
 from providers.openai_compat import OpenAICompatProvider
 from providers.openai_compat.adapter import Plan
@@ -100,6 +100,50 @@ EXPECTED: dict[str, dict[str, Action]] = {
 def test_actions(tag: str) -> None:
     rules = DIALECTS[tag].rules
     assert {name: rules[name].action for name in EXPECTED[tag]} == EXPECTED[tag]
+
+
+# vLLM's extras: passed on to vLLM servers (and lenient servers, mostly vLLM-based); refused by
+# OpenAI and Fireworks, whose schemas do not have them; the engine's own table is tested apart.
+VLLM_EXTRA_ACTIONS = {
+    "openai": Action.REJECT,
+    "fireworks": Action.REJECT,
+    "vllm-server": Action.PASS,
+    "openai-compatible": Action.PASS,
+}
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_vllm_extras_have_a_row_in_every_dialect(tag: str) -> None:
+    rules = DIALECTS[tag].rules
+    actions = {name: rules[name].action for name in VLLM_FIELDS}
+    assert set(actions.values()) == {VLLM_EXTRA_ACTIONS[tag]}
+
+
+VLLM_EXTRAS_SAMPLE = {
+    "min_tokens": 2, "stop_token_ids": [7], "prompt_logprobs": 1, "return_token_ids": True,
+    "structured_outputs": {"choice": ["a", "b"]}, "vllm_xargs": {"k": 1}, "priority": -1,
+    "logprobs": 12,
+}  # fmt: skip
+
+
+def test_vllm_extras_pass_to_a_vllm_server_unchanged() -> None:
+    body = body_of("vllm-server", **VLLM_EXTRAS_SAMPLE)
+    assert {k: body[k] for k in VLLM_EXTRAS_SAMPLE} == VLLM_EXTRAS_SAMPLE
+
+
+REFUSED = [
+    ("openai", "min_tokens"), ("fireworks", "min_tokens"),
+    ("openai", "logprobs"), ("openai-compatible", "logprobs"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("tag", "param"), REFUSED)
+def test_vllm_extras_elsewhere_are_400s_naming_them(tag: str, param: str) -> None:
+    """A refused extra under `unsupported_params: reject`, and OpenAI's cap of 5 logprobs for
+    every target but vLLM."""
+    with pytest.raises(InvalidRequest) as exc:
+        body_of(tag, **{param: VLLM_EXTRAS_SAMPLE[param]})
+    assert exc.value.param == param and exc.value.status == 400
 
 
 def test_ranges() -> None:

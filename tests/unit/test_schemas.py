@@ -47,8 +47,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"logit_bias": {"12": 101}}, "logit_bias.12"),
     ({"logit_bias": {"abc": 1}}, "logit_bias.abc"),
     ({"logit_bias": [1]}, "logit_bias"),
-    ({"logprobs": 6}, "logprobs"),
-    ({"logprobs": -1}, "logprobs"),
+    ({"logprobs": -2}, "logprobs"),
     ({"logprobs": True}, "logprobs"),
     ({"max_tokens": -1}, "max_tokens"),
     ({"max_tokens": "16"}, "max_tokens"),
@@ -89,7 +88,63 @@ BAD: list[tuple[dict[str, Any], str]] = [
         "response_format.json_schema.schema",
     ),
     ({"temperature": float("nan")}, "temperature"),
+    # vLLM's extras (protocol.md §8), as vLLM's CompletionRequest checks them
+    ({"prompt_logprobs": -2}, "prompt_logprobs"),
+    ({"prompt_logprobs": "1"}, "prompt_logprobs"),
+    ({"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
+    ({"prompt_logprobs": -1, "stream": True}, "prompt_logprobs"),
+    ({"return_token_ids": "yes"}, "return_token_ids"),
+    ({"return_tokens_as_token_ids": 1}, "return_tokens_as_token_ids"),
+    ({"truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),
+    ({"truncation_side": "middle"}, "truncation_side"),
+    ({"min_tokens": -1}, "min_tokens"),
+    ({"min_tokens": 17}, "min_tokens"),
+    ({"min_tokens": 5, "max_tokens": 4}, "min_tokens"),
+    ({"stop_token_ids": 2}, "stop_token_ids"),
+    ({"stop_token_ids": [1, -1]}, "stop_token_ids[1]"),
+    ({"include_stop_str_in_output": "no"}, "include_stop_str_in_output"),
+    ({"skip_special_tokens": 0}, "skip_special_tokens"),
+    ({"spaces_between_special_tokens": None, "skip_special_tokens": "x"}, "skip_special_tokens"),
+    ({"bad_words": "bad"}, "bad_words"),
+    ({"bad_words": ["ok", 3]}, "bad_words[1]"),
+    ({"allowed_token_ids": []}, "allowed_token_ids"),
+    ({"allowed_token_ids": [1, "2"]}, "allowed_token_ids[1]"),
+    ({"structured_outputs": "json"}, "structured_outputs"),
+    ({"structured_outputs": {}}, "structured_outputs"),
+    ({"structured_outputs": {"regex": "a+", "choice": ["a"]}}, "structured_outputs"),
+    ({"structured_outputs": {"regex": 5}}, "structured_outputs.regex"),
+    ({"structured_outputs": {"choice": []}}, "structured_outputs.choice"),
+    ({"structured_outputs": {"choice": ["a", 1]}}, "structured_outputs.choice[1]"),
+    ({"structured_outputs": {"json": 3}}, "structured_outputs.json"),
+    ({"structured_outputs": {"guided_json": {}}}, "structured_outputs.guided_json"),
+    ({"use_beam_search": "true"}, "use_beam_search"),
+    ({"use_beam_search": True, "echo": True, "logprobs": 1}, "echo"),
+    ({"length_penalty": "1"}, "length_penalty"),
+    ({"add_special_tokens": 1}, "add_special_tokens"),
+    ({"vllm_xargs": []}, "vllm_xargs"),
+    ({"vllm_xargs": {"a": {"b": 1}}}, "vllm_xargs.a"),
+    ({"vllm_xargs": {"a": [1, None]}}, "vllm_xargs.a"),
+    ({"priority": 1.5}, "priority"),
 ]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"logprobs": 20},
+        {"logprobs": -1},
+        {"prompt_logprobs": 0, "stream": True},
+        {"min_tokens": 16},
+        {"structured_outputs": {"choice": ["yes", "no"], "disable_any_whitespace": True}},
+        {"structured_outputs": {"json": {"type": "object"}}},
+        {"structured_outputs": {"json_object": True}},
+        {"vllm_xargs": {"a": "x", "b": 2, "c": [1.5, "y"]}},
+        {"truncate_prompt_tokens": -1, "truncation_side": "right"},
+    ],
+)
+def test_vllm_extras_that_vllm_accepts(fields: dict[str, Any]) -> None:
+    """Valid to vLLM: whether a target takes them is its dialect's business."""
+    assert parse(**fields).fields.items() >= fields.items()
 
 
 @pytest.mark.parametrize(("fields", "param"), BAD, ids=[str(b[0])[:60] for b in BAD])
@@ -174,9 +229,9 @@ def test_valid_values_pass_through_unchanged() -> None:
 
 
 def test_unknown_fields_are_kept_for_the_dialect_rules() -> None:
-    req = parse(min_tokens=3, vllm_xargs={"a": 1})
-    assert req.unknown == ("min_tokens", "vllm_xargs")
-    assert req.fields["min_tokens"] == 3
+    req = parse(min_tokens=3, cache_salt="s", guided_json={"type": "object"})
+    assert req.unknown == ("cache_salt", "guided_json")  # min_tokens is a known vLLM field
+    assert req.fields["guided_json"] == {"type": "object"} and req.fields["min_tokens"] == 3
 
 
 def test_stream_options_and_usage() -> None:

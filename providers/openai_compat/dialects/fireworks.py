@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from gateway.schemas import VLLM_FIELDS
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
 
 from .openai import RULES as OPENAI
@@ -30,6 +31,9 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         response_format=passes(),  # json_object (+schema) and json_schema are both native
         context_length_exceeded_behavior=passes(),  # always sent: Fireworks defaults to truncate
         logprobs=passes(0, 5),
+        # vLLM's extras; return_token_ids exists in Fireworks too, but its token ids are not
+        # carried through the gateway's response normalization yet.
+        **{name: Rule(Action.REJECT, note=NOT_FIREWORKS) for name in VLLM_FIELDS},
         **{UNKNOWN: Rule(Action.REJECT, note=NOT_FIREWORKS)},
     )
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from gateway.schemas import VLLM_FIELDS
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
 
 from .openai import RULES as OPENAI
@@ -27,6 +28,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         response_format=passes(),
         mirostat_target=Rule(Action.REJECT, note=NO_MIROSTAT),
         mirostat_lr=Rule(Action.REJECT, note=NO_MIROSTAT),
+        **{name: passes() for name in VLLM_FIELDS},  # many such servers are vLLM-based
         **{UNKNOWN: passes()},
     )
 )

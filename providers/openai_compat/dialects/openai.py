@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from gateway.schemas import VLLM_FIELDS
 from providers.params import EMULATE, UNKNOWN, Action, Rule, convert, passes
 
 from .spec import DialectSpec
@@ -52,6 +53,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         "repetition_penalty": Rule(Action.REJECT, note=NOT_OPENAI),
         "min_p": Rule(Action.REJECT, note=NOT_OPENAI),
         "response_format": Rule(Action.REJECT, note="legacy completions have no response_format"),
+        **{name: Rule(Action.REJECT, note="a vLLM parameter") for name in VLLM_FIELDS},
         UNKNOWN: Rule(Action.REJECT, note="unknown to OpenAI's completions API"),
     }
 )

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from gateway.schemas import VLLM_FIELDS
 from providers.params import EMULATE, UNKNOWN, Action, Rule, convert, derive, passes
 
 from .openai import RULES as OPENAI
@@ -47,6 +48,9 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         response_format=convert(response_format_for_vllm, "json_object+schema → json_schema"),
         mirostat_target=Rule(Action.REJECT, note="vLLM has no mirostat"),
         mirostat_lr=Rule(Action.REJECT, note="vLLM has no mirostat"),
+        # Its own extras pass unchanged; the server checks logprobs against its --max-logprobs.
+        **{name: passes() for name in VLLM_FIELDS},
+        logprobs=passes(-1),
         **{UNKNOWN: passes()},
     )
 )
