@@ -18,6 +18,19 @@ from providers.openai_compat.dialects.vllm import RULES as VLLM_SERVER
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
 
 NOT_YET = "not served by the in-process vLLM engine yet"
+# vLLM's extras the engine serves, as vLLM's server does.
+SERVED = (
+    "min_tokens",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "bad_words",
+    "allowed_token_ids",
+    "vllm_xargs",
+)
+
+REFUSED = Rule(Action.REJECT, note=NOT_YET)
 
 RULES: Mapping[str, Rule] = MappingProxyType(
     derive(
@@ -29,7 +42,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         response_format=passes(),  # sampling.structured_outputs takes all three forms
         mirostat_target=passes(),  # ranges: sampling.mirostat_args (both must be > 0)
         mirostat_lr=passes(),
-        **{name: Rule(Action.REJECT, note=NOT_YET) for name in VLLM_FIELDS},
+        **{name: passes() if name in SERVED else REFUSED for name in VLLM_FIELDS},
         logprobs=passes(0, 5),  # OpenAI's cap, until the engine's max_logprobs is read
         **{UNKNOWN: Rule(Action.REJECT, note="not supported by the in-process vLLM engine")},
     )

@@ -30,8 +30,19 @@ DEFAULTS: Mapping[str, Any] = {
     "top_k": 0,
     "min_p": 0.0,
 }
-# Fields taken as they are (the gateway validated them already).
-DIRECT = ("seed", "logit_bias")
+# Fields taken as they are (the gateway validated them as vLLM does; vLLM checks the rest, e.g.
+# token ids against the vocabulary, and its errors are 400s naming the field).
+DIRECT = (
+    "seed",
+    "logit_bias",
+    "min_tokens",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "bad_words",
+    "allowed_token_ids",
+)
 KNOWN_FIELDS = frozenset(
     (
         *DEFAULTS,
@@ -42,6 +53,7 @@ KNOWN_FIELDS = frozenset(
         "logprobs",
         "max_tokens",
         "ignore_eos",
+        "vllm_xargs",
     )
 )
 
@@ -73,7 +85,7 @@ def sampling_kwargs(body: Mapping[str, Any], gen: Generation) -> dict[str, Any]:
         max_tokens=gen.max_tokens if gen.max_tokens > 0 else 1,
         output_kind="delta" if gen.stream else "final",
         structured_outputs=structured_outputs(body.get("response_format")),
-        extra_args=mirostat_args(body) or None,
+        extra_args=extra_args(body),
     )
     return kwargs
 
@@ -107,6 +119,13 @@ def structured_outputs(response_format: Any) -> dict[str, Any] | None:
         f"Unsupported response_format type {kind!r}: use 'text', 'json_object' or 'json_schema'.",
         param="response_format",
     )
+
+
+def extra_args(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`SamplingParams.extra_args`: the caller's `vllm_xargs` (for logits processors, as vLLM's
+    server passes them), then Mirostat's settings, which win over xargs of the same name."""
+    merged = {**body.get("vllm_xargs", {}), **mirostat_args(body)}
+    return merged or None
 
 
 def mirostat_args(body: Mapping[str, Any]) -> dict[str, float]:

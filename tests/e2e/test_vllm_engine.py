@@ -354,6 +354,34 @@ def test_mirostat_bad_values_are_400s_naming_them(engine: openai.OpenAI) -> None
         assert caught.value.param == param
 
 
+def test_vllm_xargs_reach_the_logits_processors(engine: openai.OpenAI) -> None:
+    """vllm_xargs go to SamplingParams.extra_args, as vLLM's server sends them: the engine's
+    Mirostat processor reads its settings there, so the two spellings give the same tokens."""
+    kw: dict[str, Any] = {"prompt": PROMPT, "max_tokens": 24, "temperature": 1.0, "seed": 5}
+    fields = create(engine, **kw, extra_body={"mirostat_target": 2.0, "mirostat_lr": 0.3})
+    xargs = create(engine, **kw, extra_body={"vllm_xargs": {"mirostat_target": 2.0,
+                                                             "mirostat_lr": 0.3}})  # fmt: skip
+    plain = create(engine, **kw)
+    assert xargs.choices[0].text == fields.choices[0].text != plain.choices[0].text
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"allowed_token_ids": [1, 100_000]}, "allowed_token_ids"),
+        ({"stop_token_ids": [-1]}, "stop_token_ids[0]"),
+        ({"min_tokens": 20, "max_tokens": 8}, "min_tokens"),
+        ({"prompt_logprobs": 1}, "prompt_logprobs"),  # not served by the engine yet
+    ],
+)
+def test_vllm_extras_refused_by_the_engine_name_the_field(
+    engine: openai.OpenAI, extra: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(engine, prompt=PROMPT, extra_body=extra)
+    assert caught.value.param == param
+
+
 async def test_requests_without_mirostat_are_untouched(vllm_stack: Stack) -> None:
     """A Mirostat request batched with a plain one does not change the plain one's tokens."""
     kw: dict[str, Any] = {

@@ -295,6 +295,64 @@ def test_vllm_extras_take_effect(gw: openai.OpenAI, direct: openai.OpenAI) -> No
     assert penalized.choices[0].text != text
 
 
+EOS, BOS = 2, 1  # the tiny model's </s> and <s>
+FORCED = 50  # an ordinary token, forced with a +100 bias where a scenario needs a known token
+
+
+def extras_both(
+    gw: openai.OpenAI, direct: openai.OpenAI, **extra: Any
+) -> tuple[Completion, Completion]:
+    """A greedy request with vLLM extras through the gateway and straight to vLLM: the same."""
+    g, d = both(gw, direct, prompt=PROMPT, temperature=0, extra_body=extra)
+    assert_same(g, d)
+    return g, d
+
+
+def test_min_tokens_holds_back_eos(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    eos_first = {"logit_bias": {str(EOS): 100}}
+    g, _ = extras_both(gw, direct, **eos_first)
+    assert (counts(g.usage)[1], g.choices[0].finish_reason) == (1, "stop")  # EOS at once
+    g, _ = extras_both(gw, direct, **eos_first, min_tokens=5)
+    assert (counts(g.usage)[1], g.choices[0].finish_reason) == (6, "stop")  # 5 tokens, then EOS
+
+
+def test_stop_token_ids_end_the_completion(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    forced = {"logit_bias": {str(FORCED): 100}}
+    g, _ = extras_both(gw, direct, **forced)
+    assert g.choices[0].finish_reason == "length" and g.choices[0].text  # the token, 12 times
+    one = g.choices[0].text[: len(g.choices[0].text) // MAX_TOKENS]
+    g, _ = extras_both(gw, direct, **forced, stop_token_ids=[FORCED])
+    assert (g.choices[0].text, g.choices[0].finish_reason) == ("", "stop")
+    g, _ = extras_both(gw, direct, **forced, stop_token_ids=[FORCED],
+                       include_stop_str_in_output=True)  # fmt: skip
+    assert (g.choices[0].text, g.choices[0].finish_reason) == (one, "stop")
+
+
+def test_include_stop_str_in_output(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    text = greedy(direct, PROMPT, max_tokens=16)
+    g, _ = extras_both(gw, direct, max_tokens=16, stop=["~"], include_stop_str_in_output=True)
+    assert outputs(g) == [(0, text[: text.index("~") + 1], "stop")]
+
+
+def test_allowed_token_ids_and_bad_words(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    free = greedy(direct, PROMPT)
+    g, _ = extras_both(gw, direct, allowed_token_ids=[FORCED])
+    assert g.choices[0].text != free and counts(g.usage)[1] == MAX_TOKENS
+    g, _ = extras_both(gw, direct, bad_words=["er"])
+    assert "er" not in g.choices[0].text and "er" in free
+
+
+def test_special_tokens_in_the_text(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    bos = {"logit_bias": {str(BOS): 100}, "max_tokens": 3}
+    g, _ = extras_both(gw, direct, **bos)
+    assert g.choices[0].text == ""  # skipped by default
+    g, _ = extras_both(gw, direct, **bos, skip_special_tokens=False)
+    assert g.choices[0].text == "<s><s><s>"
+    # The tiny model's fast tokenizer joins special tokens without spaces either way (the flag
+    # acts in slow tokenizers): the same answer as vLLM's is what can be checked here.
+    extras_both(gw, direct, **bos, skip_special_tokens=False, spaces_between_special_tokens=True)
+
+
 def test_top_p_zero_is_greedy(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError):  # vLLM itself wants top_p in (0, 1]
         create(direct, prompt=PROMPT, top_p=0)

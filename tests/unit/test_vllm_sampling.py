@@ -88,6 +88,9 @@ def test_mirostat_goes_to_extra_args() -> None:
     assert mirostat_args({"mirostat_target": 5}) == {"mirostat_target": 5.0, "mirostat_lr": 0.1}
     kw = sampling_kwargs({"mirostat_target": 3.0, "mirostat_lr": 0.5}, ONE)
     assert kw["extra_args"] == {"mirostat_target": 3.0, "mirostat_lr": 0.5}
+    xargs = {"mirostat_target": 9.0, "other": "x"}  # the fields win over xargs of their name
+    kw = sampling_kwargs({"mirostat_target": 3.0, "vllm_xargs": xargs}, ONE)
+    assert kw["extra_args"] == {"mirostat_target": 3.0, "mirostat_lr": 0.1, "other": "x"}
 
 
 @pytest.mark.parametrize(
@@ -121,6 +124,11 @@ PARITY = [
     {"logit_bias": {"5": 100, "9": -100}},
     {"response_format": {"type": "json_object"}},
     {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}},
+    # vLLM's extras the engine serves
+    {"min_tokens": 3, "stop_token_ids": [4, 9], "include_stop_str_in_output": True},
+    {"skip_special_tokens": False, "spaces_between_special_tokens": False},
+    {"bad_words": ["foo", "bar baz"], "allowed_token_ids": [3, 4, 5]},
+    {"vllm_xargs": {"a": 1, "b": ["x", 2.5]}},
 ]
 COMPARED = (
     "n",
@@ -141,6 +149,13 @@ COMPARED = (
     "logit_bias",
     "structured_outputs",
     "extra_args",
+    "min_tokens",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "bad_words",
+    "allowed_token_ids",
 )
 
 
