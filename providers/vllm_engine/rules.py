@@ -16,19 +16,11 @@ from types import MappingProxyType
 from gateway.schemas import VLLM_FIELDS
 from providers.openai_compat.dialects.vllm import RULES as VLLM_SERVER
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
+from providers.vllm_engine.sampling import VLLM_DIRECT
 
 NOT_YET = "not served by the in-process vLLM engine yet"
 # vLLM's extras the engine serves, as vLLM's server does.
-SERVED = (
-    "min_tokens",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "bad_words",
-    "allowed_token_ids",
-    "vllm_xargs",
-)
+SERVED = (*VLLM_DIRECT, "vllm_xargs")
 
 REFUSED = Rule(Action.REJECT, note=NOT_YET)
 

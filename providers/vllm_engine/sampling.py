@@ -32,9 +32,7 @@ DEFAULTS: Mapping[str, Any] = {
 }
 # Fields taken as they are (the gateway validated them as vLLM does; vLLM checks the rest, e.g.
 # token ids against the vocabulary, and its errors are 400s naming the field).
-DIRECT = (
-    "seed",
-    "logit_bias",
+VLLM_DIRECT = (
     "min_tokens",
     "stop_token_ids",
     "include_stop_str_in_output",
@@ -43,6 +41,7 @@ DIRECT = (
     "bad_words",
     "allowed_token_ids",
 )
+DIRECT = ("seed", "logit_bias", *VLLM_DIRECT)
 KNOWN_FIELDS = frozenset(
     (
         *DEFAULTS,

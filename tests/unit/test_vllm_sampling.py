@@ -10,6 +10,7 @@ import pytest
 from gateway.errors import InvalidRequest
 from providers.vllm_engine.sampling import (
     DEFAULTS,
+    VLLM_DIRECT,
     Generation,
     build,
     mirostat_args,
@@ -149,13 +150,7 @@ COMPARED = (
     "logit_bias",
     "structured_outputs",
     "extra_args",
-    "min_tokens",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "bad_words",
-    "allowed_token_ids",
+    *VLLM_DIRECT,
 )
 
 
