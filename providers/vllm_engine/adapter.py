@@ -18,7 +18,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from gateway.errors import GatewayError, UpstreamTimeout
+from gateway.errors import GatewayError, InvalidRequest, UpstreamTimeout
 from gateway.schemas import CompletionRequest
 from providers.base import Prepared, Target
 from providers.params import apply_rules
@@ -40,6 +40,29 @@ T = TypeVar("T")
 # Fields the adapter reads from the validated request itself, whatever the rules say.
 SELF_SET = ("model", "prompt", "stream", "max_tokens", "n")
 CONTEXT = "context_length_exceeded_behavior"
+MAX_LOGPROBS = 20  # vLLM's default max_logprobs
+
+
+def check_request(request: CompletionRequest, max_logprobs: int) -> None:
+    """What vLLM's server refuses before any work, as 400s naming the field: empty prompts,
+    prompt embeddings (the engine serves text and token ids), logprobs above the engine's cap."""
+    if "prompt_embeds" in request.fields:
+        raise InvalidRequest(
+            "'prompt_embeds' is not supported by the in-process vLLM engine: send the prompt "
+            "as text or token ids.",
+            param="prompt_embeds",
+        )
+    for i, prompt in enumerate(request.prompts):
+        if prompt == "":
+            name = "prompt" if isinstance(request.fields["prompt"], str) else f"prompt[{i}]"
+            raise InvalidRequest("The prompt must not be empty.", param=name)
+    logprobs = request.logprobs
+    if logprobs is not None and max_logprobs != -1 and not 0 <= logprobs <= max_logprobs:
+        raise InvalidRequest(
+            f"Requested sample logprobs of {logprobs}, which is greater than max allowed: "
+            f"{max_logprobs}.",
+            param="logprobs",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +84,8 @@ class VllmEngineProvider:
         self.engine = engine
         self._prefix = f"{name}-{secrets.token_hex(4)}-"
         self._count = itertools.count(1)
+        # vLLM's cap on logprobs and prompt_logprobs (-1: none), from the engine's arguments.
+        self.max_logprobs: int = engine.settings.engine_args.get("max_logprobs", MAX_LOGPROBS)
 
     @classmethod
     def from_config(
@@ -86,6 +111,7 @@ class VllmEngineProvider:
     # ------------------------------------------------------------ mapping
 
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
+        check_request(request, self.max_logprobs)
         applied = apply_rules(
             RULES,
             request.fields,
@@ -156,6 +182,10 @@ class VllmEngineProvider:
         (started lazily: nothing runs until the generators are iterated)."""
         plan: Plan = prepared.state
         req = prepared.request
+        if req.prompt_is_tokens:  # before rendering: a 400 naming the prompt, as vLLM's server
+            for ids in req.prompts:
+                if isinstance(ids, list):
+                    llm.renderer.validate_token_ids(ids, parameter="prompt")
         inputs = await render(llm, req.prompts, req.echo)
         lengths = [len(i["prompt_token_ids"]) for i in inputs]
         window = llm.model_config.max_model_len

@@ -35,7 +35,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         mirostat_target=passes(),  # ranges: sampling.mirostat_args (both must be > 0)
         mirostat_lr=passes(),
         **{name: passes() if name in SERVED else REFUSED for name in VLLM_FIELDS},
-        logprobs=passes(0, 5),  # OpenAI's cap, until the engine's max_logprobs is read
+        logprobs=passes(-1),  # the adapter checks the engine's own cap (max_logprobs)
         **{UNKNOWN: Rule(Action.REJECT, note="not supported by the in-process vLLM engine")},
     )
 )

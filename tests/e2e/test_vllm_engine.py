@@ -366,6 +366,36 @@ def test_vllm_xargs_reach_the_logits_processors(engine: openai.OpenAI) -> None:
 
 
 @pytest.mark.parametrize(
+    ("kw", "param", "says"),
+    [
+        ({"prompt": [5, 100_000]}, "prompt", "Token id 100000 is out of vocabulary"),
+        ({"prompt": [[5], [6, 394]]}, "prompt", "Token id 394 is out of vocabulary"),
+        ({"prompt": ""}, "prompt", "must not be empty"),
+        ({"prompt": ["a", ""]}, "prompt[1]", "must not be empty"),
+        ({"prompt": "a", "extra_body": {"prompt_embeds": "AAAA"}}, "prompt_embeds",
+         "not supported"),
+        ({"prompt": "a", "logprobs": 21}, "logprobs", "greater than max allowed: 20"),
+        ({"prompt": "a", "logprobs": -1}, "logprobs", "greater than max allowed: 20"),
+    ],
+)  # fmt: skip
+def test_prompts_and_logprobs_the_engine_refuses(
+    engine: openai.OpenAI, kw: dict[str, Any], param: str, says: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(engine, **kw)
+    assert caught.value.param == param
+    assert says in caught.value.message
+
+
+def test_logprobs_above_openais_five_up_to_max_logprobs(engine: openai.OpenAI) -> None:
+    resp = create(engine, prompt=PROMPT, max_tokens=3, logprobs=20, temperature=0)
+    lp = resp.choices[0].logprobs
+    assert lp is not None and lp.top_logprobs is not None
+    # keyed by decoded text, as vLLM renders them: tokens that decode alike share an entry
+    assert all(5 < len(top) <= 20 for top in lp.top_logprobs if top is not None)
+
+
+@pytest.mark.parametrize(
     ("extra", "param"),
     [
         ({"allowed_token_ids": [1, 100_000]}, "allowed_token_ids"),

@@ -353,6 +353,19 @@ def test_special_tokens_in_the_text(gw: openai.OpenAI, direct: openai.OpenAI) ->
     extras_both(gw, direct, **bos, skip_special_tokens=False, spaces_between_special_tokens=True)
 
 
+def test_logprobs_above_five_match_vllm(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    """vLLM's cap (max_logprobs, 20) on both paths, not OpenAI's 5."""
+    g, d = both(gw, direct, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=12)
+    assert_same(g, d)
+    assert g.choices[0].logprobs is not None and d.choices[0].logprobs is not None
+    assert g.choices[0].logprobs.tokens == d.choices[0].logprobs.tokens
+    tops = zip(g.choices[0].logprobs.top_logprobs or [], d.choices[0].logprobs.top_logprobs or [],
+               strict=True)  # fmt: skip
+    for gt, dt in tops:
+        assert gt is not None and dt is not None and len(gt) > 5
+        assert gt == pytest.approx(dt, rel=1e-5)
+
+
 def test_top_p_zero_is_greedy(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError):  # vLLM itself wants top_p in (0, 1]
         create(direct, prompt=PROMPT, top_p=0)
