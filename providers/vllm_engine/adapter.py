@@ -85,7 +85,8 @@ class VllmEngineProvider:
         self._prefix = f"{name}-{secrets.token_hex(4)}-"
         self._count = itertools.count(1)
         # vLLM's cap on logprobs and prompt_logprobs (-1: none), from the engine's arguments.
-        self.max_logprobs: int = engine.settings.engine_args.get("max_logprobs", MAX_LOGPROBS)
+        args = engine.settings.engine_args
+        self.max_logprobs: int = args.get("max_logprobs", MAX_LOGPROBS)
 
     @classmethod
     def from_config(
@@ -186,9 +187,9 @@ class VllmEngineProvider:
             for ids in req.prompts:
                 if isinstance(ids, list):
                     llm.renderer.validate_token_ids(ids, parameter="prompt")
-        inputs = await render(llm, req.prompts, req.echo)
-        lengths = [len(i["prompt_token_ids"]) for i in inputs]
         window = llm.model_config.max_model_len
+        inputs = await render(llm, req.prompts, tokenize_params(plan.body, req, window))
+        lengths = [len(i["prompt_token_ids"]) for i in inputs]
         budgets = fit(lengths, req.max_tokens, window, plan.truncate)
         params: dict[int, Any] = {}
         for budget in budgets:
@@ -196,22 +197,44 @@ class VllmEngineProvider:
                 gen = Generation(plan.fan.generate, budget, stream)
                 params[budget] = build(sampling_kwargs(plan.body, gen))
         rid = f"{self._prefix}{next(self._count)}"
+        priority = plan.body.get("priority", 0)
         generators = [
-            llm.generate(inp, params[budget], f"{rid}-{i}")
+            llm.generate(inp, params[budget], f"{rid}-{i}", priority=priority)
             for i, (inp, budget) in enumerate(zip(inputs, budgets, strict=True))
         ]
         return inputs, generators
 
 
-async def render(llm: AsyncLLM, prompts: Sequence[Any], echo: bool) -> list[Any]:
-    """Engine inputs as vLLM's server renders completion prompts (special tokens added; the
-    prompt's text kept for echo). No length check here: `fit` does it with OpenAI's wording."""
-    from vllm.renderers.inputs.preprocess import parse_model_prompt
+def tokenize_params(body: Mapping[str, Any], req: CompletionRequest, window: int) -> Any:
+    """How vLLM's server tokenizes completion prompts (`CompletionRequest.build_tok_params`):
+    special tokens as asked, the prompt's text kept for echo, truncation as asked (-1: to the
+    window, less the one token generation needs). No length check: `fit` does it with OpenAI's
+    wording."""
     from vllm.renderers.params import TokenizeParams
 
-    params = TokenizeParams(
-        max_total_tokens=None, add_special_tokens=True, needs_detokenization=echo
+    keep = body.get("truncate_prompt_tokens")
+    room = window - 1 if req.max_tokens else window
+    if keep == -1:
+        keep = room
+    elif keep is not None and keep > room:
+        raise InvalidRequest(
+            f"truncate_prompt_tokens={keep} cannot be greater than max_model_len = {room}. "
+            "Please request a smaller truncation size.",
+            param="truncate_prompt_tokens",
+        )
+    return TokenizeParams(
+        max_total_tokens=None,
+        add_special_tokens=body.get("add_special_tokens", True),
+        needs_detokenization=req.echo,
+        truncate_prompt_tokens=keep,
+        truncation_side=body.get("truncation_side"),
     )
+
+
+async def render(llm: AsyncLLM, prompts: Sequence[Any], params: Any) -> list[Any]:
+    """Engine inputs as vLLM's server renders completion prompts (`tokenize_params`)."""
+    from vllm.renderers.inputs.preprocess import parse_model_prompt
+
     parsed = [parse_model_prompt(llm.model_config, p) for p in prompts]
     return list(await llm.renderer.render_cmpl_async(parsed, params))
 

@@ -366,6 +366,44 @@ def test_logprobs_above_five_match_vllm(gw: openai.OpenAI, direct: openai.OpenAI
         assert gt == pytest.approx(dt, rel=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("extra", "prompt_tokens"),
+    [
+        ({}, 10),  # "Once upon a time": BOS + 9 tokens of the tiny BPE
+        ({"add_special_tokens": False}, 9),
+        ({"truncate_prompt_tokens": 3}, 3),
+        ({"truncate_prompt_tokens": 3, "truncation_side": "right"}, 3),
+        ({"truncate_prompt_tokens": -1}, 10),
+    ],
+    ids=["plain", "no-special-tokens", "truncate-left", "truncate-right", "truncate-window"],
+)
+def test_prompt_tokenization_extras(
+    gw: openai.OpenAI, direct: openai.OpenAI, extra: dict[str, Any], prompt_tokens: int
+) -> None:
+    g, _ = extras_both(gw, direct, **extra)
+    assert counts(g.usage)[0] == prompt_tokens
+
+
+def test_truncation_sides_differ(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    left, _ = extras_both(gw, direct, truncate_prompt_tokens=2)
+    right, _ = extras_both(gw, direct, truncate_prompt_tokens=2, truncation_side="right")
+    assert left.choices[0].text != right.choices[0].text
+
+
+def test_truncation_beyond_the_window_is_a_400(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    for client in (gw, direct):
+        with pytest.raises(openai.BadRequestError) as caught:
+            create(client, prompt=PROMPT, extra_body={"truncate_prompt_tokens": WINDOW + 1})
+        assert "truncate_prompt_tokens" in caught.value.message
+
+
+def test_priority_is_taken(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    """Without priority scheduling (both engines here) vLLM takes a priority and serves the
+    request as any other."""
+    for priority in (-5, 0, 3):
+        extras_both(gw, direct, priority=priority)
+
+
 def test_top_p_zero_is_greedy(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError):  # vLLM itself wants top_p in (0, 1]
         create(direct, prompt=PROMPT, top_p=0)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import InvalidRequest
+from providers.vllm_engine.rules import ADAPTER_READS
 from providers.vllm_engine.sampling import (
     DEFAULTS,
     VLLM_DIRECT,
@@ -178,7 +179,7 @@ def test_vllm_validation_error_is_a_400_naming_the_parameter() -> None:
 # ---------------------------------------------------------------- the engine's rule table
 
 # Passed fields the adapter reads itself (Generation, the prompt) or that vLLM ignores too (user).
-READ_BY_ADAPTER = {"model", "prompt", "stream", "max_tokens", "n", "user"}
+READ_BY_ADAPTER = {"model", "prompt", "stream", "max_tokens", "n", "user", *ADAPTER_READS}
 
 
 class Recording(dict[str, Any]):
