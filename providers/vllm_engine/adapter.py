@@ -127,7 +127,10 @@ class VllmEngineProvider:
         # Every 400 that does not need the engine comes out here, before any work.
         sampling_kwargs(body, Generation(fan.generate, request.max_tokens, request.stream))
         shape = output.Shape(
-            echo=request.echo, logprobs=request.logprobs, max_tokens=request.max_tokens
+            echo=request.echo,
+            logprobs=request.logprobs,
+            max_tokens=request.max_tokens,
+            tokens_as_ids=bool(body.get("return_tokens_as_token_ids")),
         )
         truncate = request.fields.get(CONTEXT) == "truncate"
         return Prepared(target, request, applied.dropped, Plan(body, fan, shape, truncate))

@@ -21,7 +21,13 @@ from providers.vllm_engine.sampling import VLLM_DIRECT
 NOT_YET = "not served by the in-process vLLM engine yet"
 # vLLM's extras the engine serves, as vLLM's server does.
 # Read by the adapter, not by sampling: the prompts' tokenization, the request's priority.
-ADAPTER_READS = ("add_special_tokens", "truncate_prompt_tokens", "truncation_side", "priority")
+ADAPTER_READS = (
+    "add_special_tokens",
+    "truncate_prompt_tokens",
+    "truncation_side",
+    "priority",
+    "return_tokens_as_token_ids",  # the rendering of logprobs' tokens
+)
 SERVED = (*VLLM_DIRECT, "vllm_xargs", *ADAPTER_READS)
 
 REFUSED = Rule(Action.REJECT, note=NOT_YET)

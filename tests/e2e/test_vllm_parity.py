@@ -404,6 +404,19 @@ def test_priority_is_taken(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
         extras_both(gw, direct, priority=priority)
 
 
+@pytest.mark.parametrize("echo", [False, True])
+def test_return_tokens_as_token_ids(gw: openai.OpenAI, direct: openai.OpenAI, echo: bool) -> None:
+    extra = {"return_tokens_as_token_ids": True}
+    g, d = both(gw, direct, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2, echo=echo,
+                extra_body=extra)  # fmt: skip
+    assert_same(g, d)
+    lp, ref = g.choices[0].logprobs, d.choices[0].logprobs
+    assert lp is not None and ref is not None and lp.tokens == ref.tokens
+    assert lp.tokens and all(t.startswith("token_id:") for t in lp.tokens)
+    assert lp.top_logprobs is not None and ref.top_logprobs is not None
+    assert [sorted(t or {}) for t in lp.top_logprobs] == [sorted(t or {}) for t in ref.top_logprobs]
+
+
 def test_top_p_zero_is_greedy(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError):  # vLLM itself wants top_p in (0, 1]
         create(direct, prompt=PROMPT, top_p=0)
