@@ -28,7 +28,7 @@ ADAPTER_READS = (
     "priority",
     "return_tokens_as_token_ids",  # the rendering of logprobs' tokens
 )
-SERVED = (*VLLM_DIRECT, "vllm_xargs", *ADAPTER_READS)
+SERVED = (*VLLM_DIRECT, "vllm_xargs", "structured_outputs", *ADAPTER_READS)
 
 REFUSED = Rule(Action.REJECT, note=NOT_YET)
 

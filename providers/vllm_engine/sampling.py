@@ -53,6 +53,7 @@ KNOWN_FIELDS = frozenset(
         "max_tokens",
         "ignore_eos",
         "vllm_xargs",
+        "structured_outputs",
     )
 )
 
@@ -83,7 +84,7 @@ def sampling_kwargs(body: Mapping[str, Any], gen: Generation) -> dict[str, Any]:
         # vLLM cannot generate 0 tokens: echo alone makes one and drops it, as vLLM's server does.
         max_tokens=gen.max_tokens if gen.max_tokens > 0 else 1,
         output_kind="delta" if gen.stream else "final",
-        structured_outputs=structured_outputs(body.get("response_format")),
+        structured_outputs=constraints(body),
         extra_args=extra_args(body),
     )
     return kwargs
@@ -93,6 +94,16 @@ def _stop(value: Any) -> list[str]:
     if value is None:
         return []
     return [value] if isinstance(value, str) else list(value)
+
+
+def constraints(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """vLLM's `structured_outputs` with `response_format`'s constraint over it, as vLLM's
+    server merges them (two constraints left standing are vLLM's own 400)."""
+    given = body.get("structured_outputs")
+    override = structured_outputs(body.get("response_format"))
+    if given is None:
+        return override
+    return {**given, **(override or {})}
 
 
 def structured_outputs(response_format: Any) -> dict[str, Any] | None:

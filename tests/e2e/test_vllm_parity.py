@@ -12,6 +12,7 @@ checks) is tested on top.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -415,6 +416,41 @@ def test_return_tokens_as_token_ids(gw: openai.OpenAI, direct: openai.OpenAI, ec
     assert lp.tokens and all(t.startswith("token_id:") for t in lp.tokens)
     assert lp.top_logprobs is not None and ref.top_logprobs is not None
     assert [sorted(t or {}) for t in lp.top_logprobs] == [sorted(t or {}) for t in ref.top_logprobs]
+
+
+STRUCTURED: list[tuple[dict[str, Any], Any]] = [
+    ({"choice": ["alpha", "beta", "gamma"]}, lambda t: t in ("alpha", "beta", "gamma")),
+    ({"regex": "[0-9]{3}-[a-z]{2}"}, lambda t: re.fullmatch(r"[0-9]{3}-[a-z]{2}", t)),
+    ({"json": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+               "additionalProperties": False}},
+     lambda t: isinstance(orjson.loads(t)["n"], int)),
+    ({"grammar": 'root ::= "yes" | "no"'}, lambda t: t in ("yes", "no")),
+    ({"json_object": True}, lambda t: isinstance(orjson.loads(t), dict)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("constraint", "holds"), STRUCTURED,
+                         ids=["choice", "regex", "json", "grammar", "json_object"])  # fmt: skip
+def test_structured_outputs(
+    gw: openai.OpenAI, direct: openai.OpenAI, constraint: dict[str, Any], holds: Any
+) -> None:
+    g, d = both(gw, direct, prompt="Answer:", max_tokens=60, temperature=1.0, seed=4,
+                extra_body={"structured_outputs": constraint})  # fmt: skip
+    assert_same(g, d)
+    assert g.choices[0].finish_reason == "stop" and holds(g.choices[0].text), g.choices[0].text
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [{"regex": "([a-z"}, {"grammar": "root ::= ("}, {"json": {"type": "nonsense"}}],
+    ids=["regex", "grammar", "json"],
+)
+def test_invalid_structured_outputs_are_400s(
+    gw: openai.OpenAI, direct: openai.OpenAI, constraint: dict[str, Any]
+) -> None:
+    for client in (gw, direct):
+        with pytest.raises(openai.BadRequestError):
+            create(client, prompt="Answer:", extra_body={"structured_outputs": constraint})
 
 
 def test_top_p_zero_is_greedy(gw: openai.OpenAI, direct: openai.OpenAI) -> None:

@@ -131,6 +131,10 @@ PARITY = [
     {"skip_special_tokens": False, "spaces_between_special_tokens": False},
     {"bad_words": ["foo", "bar baz"], "allowed_token_ids": [3, 4, 5]},
     {"vllm_xargs": {"a": 1, "b": ["x", 2.5]}},
+    {"structured_outputs": {"choice": ["yes", "no"]}},
+    {"structured_outputs": {"regex": "[a-z]+", "disable_any_whitespace": True}},
+    {"structured_outputs": {"grammar": "root ::= 'a'"}, "response_format": {"type": "text"}},
+    {"structured_outputs": {"json": SCHEMA, "disable_additional_properties": True}},
 ]
 COMPARED = (
     "n",
