@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -49,6 +50,9 @@ class CompletionRequest:
     echo: bool
     fields: dict[str, Any]  # every non-null field as sent (validated), unknown ones included
     unknown: tuple[str, ...] = field(default=())
+    # vLLM's `stream_options.continuous_usage_stats` (with include_usage, as vLLM reads it):
+    # each content chunk carries its choice's usage so far.
+    continuous_usage: bool = False
 
     @property
     def n_prompts(self) -> int:
@@ -329,6 +333,8 @@ VLLM_FIELDS: dict[str, Validator] = {
 }
 
 FIELDS: dict[str, Validator] = OPENAI_FIELDS | EXTENSION_FIELDS | VLLM_FIELDS
+# Keys inside object fields that dialects treat apart from their field (`params` sub-rows).
+SUB_FIELDS = ("stream_options.continuous_usage_stats",)
 
 
 # ---------------------------------------------------------------- parse
@@ -389,6 +395,58 @@ def _cross_checks(f: Mapping[str, Any]) -> None:
     _vllm_cross_checks(f)
 
 
+# What beam search leaves out: vLLM's server maps a beam-search request with
+# `to_beam_search_params` (n, max_tokens, temperature, length_penalty, ignore_eos,
+# include_stop_str_in_output, skip_special_tokens) and ignores everything else. A field here set
+# to anything but its neutral values would change nothing, so it is refused rather than
+# silently lost.
+BEAM_IGNORES: Mapping[str, tuple[Any, ...]] = MappingProxyType(
+    {
+        "best_of": (1,),
+        "stop": ("", []),
+        "stop_token_ids": ([],),
+        "min_tokens": (0,),
+        "top_p": (1,),
+        "top_k": (0, -1),
+        "min_p": (0,),
+        "presence_penalty": (0,),
+        "frequency_penalty": (0,),
+        "repetition_penalty": (1,),
+        "logit_bias": ({},),
+        "bad_words": ([],),
+        "allowed_token_ids": (),
+        "structured_outputs": (),
+        "response_format": ({"type": "text"},),
+        "vllm_xargs": ({},),
+        "mirostat_target": (),
+        "mirostat_lr": (),
+        "prompt_logprobs": (),
+        "spaces_between_special_tokens": (True,),
+    }
+)
+
+
+def _beam_search_checks(f: Mapping[str, Any]) -> None:
+    if f.get("stream"):
+        raise InvalidRequest(
+            "Streaming is not supported with beam search.", param="use_beam_search"
+        )
+    if f.get("echo") and f.get("logprobs") is not None:
+        raise InvalidRequest(
+            "'echo' with 'logprobs' is not supported with beam search: beam search does not "
+            "compute prompt logprobs.",
+            param="echo",
+        )
+    for name, neutral in BEAM_IGNORES.items():
+        if name in f and f[name] not in neutral:
+            raise InvalidRequest(
+                f"'{name}' has no effect with beam search, which applies only n (the beam "
+                "width), max_tokens, temperature, length_penalty, ignore_eos, "
+                "include_stop_str_in_output and skip_special_tokens.",
+                param=name,
+            )
+
+
 def _vllm_cross_checks(f: Mapping[str, Any]) -> None:
     """vLLM's own request checks (CompletionRequest validators, SamplingParams)."""
     prompt_logprobs = f.get("prompt_logprobs")
@@ -397,11 +455,12 @@ def _vllm_cross_checks(f: Mapping[str, Any]) -> None:
             "'prompt_logprobs' are not available when 'stream' is enabled.",
             param="prompt_logprobs",
         )
-    if f.get("use_beam_search") and f.get("echo") and f.get("logprobs") is not None:
+    if f.get("use_beam_search"):
+        _beam_search_checks(f)
+    elif f.get("length_penalty", 1) != 1:
         raise InvalidRequest(
-            "'echo' with 'logprobs' is not supported with beam search: beam search does not "
-            "compute prompt logprobs.",
-            param="echo",
+            "'length_penalty' applies only to beam search ('use_beam_search': true).",
+            param="length_penalty",
         )
     min_tokens = f.get("min_tokens", 0)
     max_tokens = f.get("max_tokens", DEFAULT_MAX_TOKENS)
@@ -420,6 +479,7 @@ def _build(f: dict[str, Any], unknown: tuple[str, ...], limits: RequestLimits) -
     is_tokens = type(prompt) is list and type(prompt[0]) is not str
     prompts = [prompt] if type(prompt) is str or (is_tokens and type(prompt[0]) is int) else prompt
     stop = f.get("stop", ())
+    usage = f.get("stream_options", {})
     req = CompletionRequest(
         model=f["model"],
         prompts=prompts,
@@ -428,12 +488,13 @@ def _build(f: dict[str, Any], unknown: tuple[str, ...], limits: RequestLimits) -
         best_of=f.get("best_of"),
         max_tokens=f.get("max_tokens", DEFAULT_MAX_TOKENS),
         stream=f.get("stream", False),
-        include_usage=bool(f.get("stream_options", {}).get("include_usage")),
+        include_usage=bool(usage.get("include_usage")),
         stop=(stop,) if type(stop) is str else tuple(stop),
         logprobs=f.get("logprobs"),
         echo=f.get("echo", False),
         fields=f,
         unknown=unknown,
+        continuous_usage=bool(usage.get("include_usage") and usage.get("continuous_usage_stats")),
     )
     _bounds(req, limits)
     return req

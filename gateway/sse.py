@@ -46,8 +46,12 @@ class Envelope:
         """Every chunk from now on carries `system_fingerprint`, as OpenAI's do."""
         self._head = self._encode({**self._fixed, "system_fingerprint": value})
 
-    def chunk(self, choices: list[Any]) -> bytes:
-        return self._head + orjson.dumps(choices) + self._tail
+    def chunk(self, choices: list[Any], usage: Any = None) -> bytes:
+        """A content chunk; `usage` is its choice's usage so far (vLLM's continuous usage)."""
+        body = self._head + orjson.dumps(choices)
+        if usage is not None:
+            return body + b',"usage":' + orjson.dumps(usage) + b"}\n\n"
+        return body + self._tail
 
     def usage(self, usage: Any) -> bytes:
         return self._head + b'[],"usage":' + orjson.dumps(usage) + b"}\n\n"
@@ -106,10 +110,9 @@ async def _write(
             env.fingerprint(fingerprint)
         choices = item.get("choices")
         if choices:
-            events.append(env.chunk(choices))
-        usage = item.get("usage")
-        if usage is not None:
-            result.usage = usage
+            events.append(env.chunk(choices, item.get("usage")))
+        elif item.get("usage") is not None:  # the request's usage, shown at the end
+            result.usage = item["usage"]
     if events:
         await _body(send, events[0] if len(events) == 1 else b"".join(events))
         if not result.first_at:

@@ -9,9 +9,13 @@ counts it. The gateway then stamps `id`, `object`, `created` and `model` (the ca
   writes to the caller in one piece. It may first yield `[]` once the upstream has accepted the
   request (so the caller's response headers go out at once). A chunk is
   `{"choices": [choice deltas]}`; a delta has `text`, `index`, `logprobs`, `finish_reason`
-  (non-null only on that choice's last delta). The last chunk is
+  (non-null only on that choice's last delta). With `continuous_usage`, a content chunk also
+  has `usage`: its choice's usage so far. The last chunk is
   `{"choices": [], "usage": {...}}` whenever the upstream reported usage. A chunk may carry
   `system_fingerprint`: it holds for that chunk and every later one.
+* A choice (or delta) may also carry vLLM's extras, each only when not null: `stop_reason`
+  (the stop string or token id that ended it), `prompt_logprobs` (vLLM's format),
+  `prompt_token_ids` (a stream's first delta of the choice) and `token_ids`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Parameter rules: how one dialect treats each request field, as data.
 
 A dialect is a mapping field name → Rule, plus the rule for unknown fields under the key `*`.
-Dialects derive from the OpenAI table and state only their differences (`derive`).
+Dialects derive from the OpenAI table and state only their differences (`derive`). A key inside
+an object field may have its own row, `"field.key"` (e.g. `stream_options.continuous_usage_stats`):
+it is applied first, and a key that is not forwarded is taken out of the object.
 
     pass     forward as is; a value outside the dialect's own range is a 400 (never clamped)
     rename   forward under another name
@@ -16,14 +18,16 @@ response can say so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Literal
 
 from gateway.errors import InvalidRequest, UnsupportedParameter
+from gateway.schemas import SUB_FIELDS
 
 UNKNOWN = "*"
+SUB_PARENTS = frozenset(name.split(".", 1)[0] for name in SUB_FIELDS)
 Policy = Literal["reject", "drop"]
 
 
@@ -86,6 +90,7 @@ def apply_rules(
     target: str,
     policy: Policy,
     skip: Iterable[str] = (),
+    sub_parents: Container[str] = SUB_PARENTS,
 ) -> Applied:
     """Map validated request `fields` to an upstream body; `skip` names fields set elsewhere."""
     body: dict[str, Any] = {}
@@ -97,6 +102,8 @@ def apply_rules(
         if name in skipped:
             continue
         rule = dialect.get(name, default)
+        if name in sub_parents and type(value) is dict:
+            value = _sub_rules(dialect, name, value, target, policy, emulated, dropped)
         action = rule.action
         if action is Action.PASS or action is Action.RENAME:
             _check_range(rule, name, value, target)
@@ -108,12 +115,42 @@ def apply_rules(
         elif action is Action.DROP or policy == "drop":
             dropped.append(name)
         else:
-            raise UnsupportedParameter(
-                f"Parameter '{name}' is not supported by target '{target}'"
-                + (f" ({rule.note})." if rule.note else "."),
-                param=name,
-            )
+            raise _unsupported(name, rule, target)
     return Applied(body, frozenset(emulated), tuple(dropped))
+
+
+def _sub_rules(
+    dialect: Dialect,
+    parent: str,
+    value: dict[str, Any],
+    target: str,
+    policy: Policy,
+    emulated: set[str],
+    dropped: list[str],
+) -> dict[str, Any]:
+    """`value` with the rows `parent.key` applied: what is not forwarded is taken out."""
+    kept = dict(value)
+    for key in value:
+        name = f"{parent}.{key}"
+        rule = dialect.get(name)
+        if rule is None or rule.action is Action.PASS or value[key] is None:
+            continue
+        del kept[key]
+        if rule.action is Action.EMULATE:
+            emulated.add(name)
+        elif rule.action is Action.DROP or policy == "drop":
+            dropped.append(name)
+        else:
+            raise _unsupported(name, rule, target)
+    return kept
+
+
+def _unsupported(name: str, rule: Rule, target: str) -> UnsupportedParameter:
+    return UnsupportedParameter(
+        f"Parameter '{name}' is not supported by target '{target}'"
+        + (f" ({rule.note})." if rule.note else "."),
+        param=name,
+    )
 
 
 def _check_range(rule: Rule, name: str, value: Any, target: str) -> None:

@@ -23,7 +23,7 @@ from .client import UpstreamClient
 from .context import ContextGuard
 from .dialects import DIALECTS, DialectSpec
 from .emulate import completion_room, select_best
-from .normalize import Shape, StreamNormalizer, choices, finish
+from .normalize import Shape, StreamNormalizer, choices, extras_for, finish
 from .settings import Settings, parse_settings
 
 Json = dict[str, Any]
@@ -108,7 +108,7 @@ class OpenAICompatProvider:
         body["max_tokens"] = request.max_tokens  # explicit: upstream defaults differ (§9)
         body["stream"] = request.stream
         if request.stream and not spec.usage_on_last_chunk:
-            body["stream_options"] = {"include_usage": True}
+            body.setdefault("stream_options", {"include_usage": True})
         if spec.needs_explicit_context_behavior:
             body.setdefault(CONTEXT, "error")  # OpenAI's behaviour, not the upstream's default
         best_of = _emulate_best_of(request, applied.emulated, body)
@@ -117,7 +117,16 @@ class OpenAICompatProvider:
         check_context = self._guard is not None and behavior == "error"
         stops = request.stop if spec.stop_may_be_included else ()
         want_logprobs = request.logprobs is not None
-        shape = Shape(target.label, want_logprobs, stops, _echoed(request), request.n)
+        continuous = bool(body.get("stream_options", {}).get("continuous_usage_stats"))
+        shape = Shape(
+            target.label,
+            want_logprobs,
+            stops,
+            _echoed(request),
+            request.n,
+            continuous,
+            extras_for(request.fields),
+        )
         plan = Plan(body, orjson.dumps(body), shape, best_of, truncate, check_context)
         return Prepared(target, request, applied.dropped, plan)
 

@@ -1,8 +1,9 @@
 """Upstream answers → the canonical shape of providers/base.py (protocol.md §2, §3, §9).
 
-Canonical output is OpenAI's: choices in `prompt_idx * n + i` order with exactly `text`,
-`index`, `logprobs` (legacy four lists, or null) and `finish_reason`; provider extras
-(`stop_reason`, `raw_output`, `token_ids`, `prompt_logprobs`, `perf_metrics`, …) are dropped.
+Canonical output is OpenAI's: choices in `prompt_idx * n + i` order with `text`, `index`,
+`logprobs` (legacy four lists, or null) and `finish_reason`. vLLM's per-choice answers to its
+extras ride along when the request asked for them and they are not null (`extras_for`); other
+provider extras (`raw_output`, `perf_metrics`, …) are dropped.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ FINISH: Mapping[str, str] = MappingProxyType(
         "max_tokens": "length",
     }
 )
+# vLLM's per-choice answers (protocol.md §8.2), kept as the upstream sent them: which field of
+# the request asks for each (`stop_reason` is always there).
+EXTRAS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "return_token_ids": ("prompt_token_ids", "token_ids"),
+        "prompt_logprobs": ("prompt_logprobs",),
+    }
+)
 # Fireworks `error`, vLLM `abort`: the choice did not complete; its text cannot be trusted.
 FAILED = frozenset({"error", "abort", "cancelled"})
 
@@ -46,10 +55,27 @@ class Shape:
     # choices' texts that were not generated (a stop string is never cut from them).
     echoed: tuple[int, ...] = ()
     n: int = 1  # choices per prompt: choice `index` belongs to prompt `index // n`
+    # vLLM's continuous_usage_stats went upstream: content chunks keep their usage.
+    continuous_usage: bool = False
+    extras: tuple[str, ...] = ("stop_reason",)  # per-choice keys kept when not null
 
     def protected(self, index: int) -> int:
         prompt = index // self.n
         return self.echoed[prompt] if prompt < len(self.echoed) else 0
+
+
+def extras_for(fields: Mapping[str, Any]) -> tuple[str, ...]:
+    """The per-choice extras a request asks for; echo with logprobs asks vLLM for the prompt's
+    logprobs, and its server shows them."""
+    keys = ["stop_reason"]
+    for field, answers in EXTRAS.items():
+        value = fields.get(field)
+        if value is not None and value is not False:  # prompt_logprobs=0 asks too
+            keys.extend(answers)
+    echo_logprobs = fields.get("echo") and fields.get("logprobs") is not None
+    if echo_logprobs and "prompt_logprobs" not in keys:
+        keys.append("prompt_logprobs")
+    return tuple(keys)
 
 
 # ---------------------------------------------------------------- pieces
@@ -143,12 +169,16 @@ def choice(raw: Any, position: int, shape: Shape, final: bool) -> Json:
     index = raw.get("index")
     index = index if type(index) is int else position
     reason = finish_reason(raw.get("finish_reason"), index, shape.label)
-    return {
+    out = {
         "text": raw.get("text") or "",
         "index": index,
         "logprobs": legacy_logprobs(raw.get("logprobs")),
         "finish_reason": reason or ("stop" if final else None),
     }
+    for key in shape.extras:
+        if raw.get(key) is not None:
+            out[key] = raw[key]
+    return out
 
 
 # ---------------------------------------------------------------- whole answers
@@ -179,9 +209,10 @@ def finish(body: Mapping[str, Any], picked: list[Json], shape: Shape) -> Json:
 
 
 class StreamNormalizer:
-    """Upstream stream events → canonical chunks: content chunks carry only `choices`; usage,
-    wherever the upstream put it (its own chunk, or the last content chunk as Fireworks does),
-    becomes one final `{"choices": [], "usage": …}`. The upstream's `system_fingerprint` rides on
+    """Upstream stream events → canonical chunks: content chunks carry `choices` (and, with
+    continuous usage, the usage so far of their choice); the request's usage, wherever the
+    upstream put it (its own chunk, or the last content chunk as Fireworks does), becomes one
+    final `{"choices": [], "usage": …}`. The upstream's `system_fingerprint` rides on
     the first chunk out after it appears or changes (the renderer keeps it for later chunks)."""
 
     __slots__ = ("_fingerprint", "_hold", "_pending", "_shape", "_usage")
@@ -213,7 +244,12 @@ class StreamNormalizer:
                 delta["logprobs"] = None
             if _carries(delta):
                 deltas.append(delta)
-        return [self._stamp({"choices": deltas})] if deltas else []
+        if not deltas:
+            return []
+        chunk: Json = {"choices": deltas}
+        if self._shape.continuous_usage and event.get("usage") is not None:
+            chunk["usage"] = usage(event["usage"])  # the choice's usage so far
+        return [self._stamp(chunk)]
 
     def end(self) -> list[Json]:
         out: list[Json] = []
@@ -233,6 +269,13 @@ class StreamNormalizer:
 
 
 def _carries(delta: Json) -> bool:
-    """Empty deltas (chunked prefill, keep-alives) are not worth a chunk."""
+    """Empty deltas (chunked prefill, keep-alives) are not worth a chunk; tokens whose text is
+    held back (vLLM's `token_ids`) are."""
     lp = delta["logprobs"]
-    return bool(delta["text"]) or delta["finish_reason"] is not None or bool(lp and lp["tokens"])
+    return (
+        bool(delta["text"])
+        or delta["finish_reason"] is not None
+        or bool(lp and lp["tokens"])
+        or bool(delta.get("token_ids"))
+        or "prompt_token_ids" in delta
+    )

@@ -22,11 +22,11 @@ from gateway.errors import GatewayError, InvalidRequest, UpstreamTimeout
 from gateway.schemas import CompletionRequest
 from providers.base import Prepared, Target
 from providers.params import apply_rules
-from providers.vllm_engine import output
+from providers.vllm_engine import beams, output
 from providers.vllm_engine.context import fit
 from providers.vllm_engine.engine import Engine
 from providers.vllm_engine.errors import engine_error
-from providers.vllm_engine.fanout import Fanout, fanout, select, temperature_of
+from providers.vllm_engine.fanout import Fanout, beam_fanout, fanout, select, temperature_of
 from providers.vllm_engine.rules import RULES
 from providers.vllm_engine.sampling import Generation, build, sampling_kwargs
 from providers.vllm_engine.settings import parse_settings
@@ -41,11 +41,13 @@ T = TypeVar("T")
 SELF_SET = ("model", "prompt", "stream", "max_tokens", "n")
 CONTEXT = "context_length_exceeded_behavior"
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs
+LOGPROB_FIELDS = (("logprobs", "sample"), ("prompt_logprobs", "prompt"))  # vLLM's wording
 
 
 def check_request(request: CompletionRequest, max_logprobs: int) -> None:
     """What vLLM's server refuses before any work, as 400s naming the field: empty prompts,
-    prompt embeddings (the engine serves text and token ids), logprobs above the engine's cap."""
+    prompt embeddings (the engine serves text and token ids), logprobs and prompt_logprobs
+    above the engine's cap."""
     if "prompt_embeds" in request.fields:
         raise InvalidRequest(
             "'prompt_embeds' is not supported by the in-process vLLM engine: send the prompt "
@@ -56,13 +58,14 @@ def check_request(request: CompletionRequest, max_logprobs: int) -> None:
         if prompt == "":
             name = "prompt" if isinstance(request.fields["prompt"], str) else f"prompt[{i}]"
             raise InvalidRequest("The prompt must not be empty.", param=name)
-    logprobs = request.logprobs
-    if logprobs is not None and max_logprobs != -1 and not 0 <= logprobs <= max_logprobs:
-        raise InvalidRequest(
-            f"Requested sample logprobs of {logprobs}, which is greater than max allowed: "
-            f"{max_logprobs}.",
-            param="logprobs",
-        )
+    for name, kind in LOGPROB_FIELDS:
+        asked = request.fields.get(name)
+        if asked is not None and max_logprobs != -1 and not 0 <= asked <= max_logprobs:
+            raise InvalidRequest(
+                f"Requested {kind} logprobs of {asked}, which is greater than max allowed: "
+                f"{max_logprobs}.",
+                param=name,
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ class Plan:
     fan: Fanout
     shape: output.Shape
     truncate: bool
+    beam: bool  # vLLM's beam search (`beams`) instead of sampling
 
 
 class VllmEngineProvider:
@@ -121,19 +125,26 @@ class VllmEngineProvider:
             skip=SELF_SET,
         )
         body = applied.body
-        fan = fanout(request.n, request.best_of, temperature_of(body))
+        beam = bool(body.get("use_beam_search"))
+        # Beam search: n beams, the n best returned (vLLM's beam_width), neither ranked nor
+        # repeated.
+        fan = (
+            beam_fanout(request.n)
+            if beam
+            else fanout(request.n, request.best_of, temperature_of(body))
+        )
         if fan.rank and body.get("logprobs") is None:
             body["logprobs"] = 0  # ranking needs each candidate's logprobs; not shown
         # Every 400 that does not need the engine comes out here, before any work.
         sampling_kwargs(body, Generation(fan.generate, request.max_tokens, request.stream))
-        shape = output.Shape(
-            echo=request.echo,
-            logprobs=request.logprobs,
-            max_tokens=request.max_tokens,
-            tokens_as_ids=bool(body.get("return_tokens_as_token_ids")),
+        # As the caller asked (best_of's ranking logprobs are not shown).
+        shape = output.Shape.of(
+            {**body, "logprobs": request.logprobs, "max_tokens": request.max_tokens},
+            continuous_usage=request.continuous_usage,
         )
         truncate = request.fields.get(CONTEXT) == "truncate"
-        return Prepared(target, request, applied.dropped, Plan(body, fan, shape, truncate))
+        plan = Plan(body, fan, shape, truncate, beam)
+        return Prepared(target, request, applied.dropped, plan)
 
     # ------------------------------------------------------------ serving
 
@@ -194,12 +205,18 @@ class VllmEngineProvider:
         inputs = await render(llm, req.prompts, tokenize_params(plan.body, req, window))
         lengths = [len(i["prompt_token_ids"]) for i in inputs]
         budgets = fit(lengths, req.max_tokens, window, plan.truncate)
+        rid = f"{self._prefix}{next(self._count)}"
+        if plan.beam:
+            n = plan.fan.generate
+            return inputs, [
+                beams.search(llm, inp, f"{rid}-{i}", beams.beam_kwargs(plan.body, n, budget))
+                for i, (inp, budget) in enumerate(zip(inputs, budgets, strict=True))
+            ]
         params: dict[int, Any] = {}
         for budget in budgets:
             if budget not in params:
                 gen = Generation(plan.fan.generate, budget, stream)
                 params[budget] = build(sampling_kwargs(plan.body, gen))
-        rid = f"{self._prefix}{next(self._count)}"
         priority = plan.body.get("priority", 0)
         generators = [
             llm.generate(inp, params[budget], f"{rid}-{i}", priority=priority)

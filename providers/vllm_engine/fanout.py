@@ -45,6 +45,11 @@ def fanout(n: int, best_of: int | None, temperature: float) -> Fanout:
     return Fanout(generate=n, keep=n, rank=False, copies=1)
 
 
+def beam_fanout(n: int) -> Fanout:
+    """Beam search: the engine's n best beams, as they come (best first)."""
+    return Fanout(generate=n, keep=n, rank=False, copies=1)
+
+
 def temperature_of(body: Mapping[str, Any]) -> float:
     """The temperature vLLM will use (its server's default is 1.0, as OpenAI's)."""
     value = body.get("temperature")

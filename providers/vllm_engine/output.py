@@ -74,23 +74,40 @@ class Decoder(Protocol):
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What in the request shapes the rendered output: what vLLM's server reads from the request
-    while rendering (`echo`, `logprobs`, `max_tokens == 0`, `return_tokens_as_token_ids`)."""
+    while rendering (`echo`, `logprobs`, `max_tokens == 0`, `return_tokens_as_token_ids`,
+    `return_token_ids`, continuous usage)."""
 
     echo: bool = False
     logprobs: int | None = None  # top-k asked for; None: no logprobs object
     max_tokens: int = DEFAULT_MAX_TOKENS  # as asked: 0 with echo shows the prompt only
     tokens_as_ids: bool = False  # vLLM's `return_tokens_as_token_ids`
+    token_ids: bool = False  # vLLM's `return_token_ids`: prompt and sequence token ids
+    # vLLM's `prompt_logprobs` answer is shown: asked for, or echo with logprobs (vLLM's server
+    # then asks the engine for them, and shows what it got).
+    prompt_logprobs: bool = False
+    continuous_usage: bool = False  # stream chunks carry their choice's usage so far
 
     @classmethod
-    def of(cls, body: Mapping[str, Any]) -> Shape:
+    def of(cls, body: Mapping[str, Any], continuous_usage: bool = False) -> Shape:
         """From a (validated) request body."""
         max_tokens = body.get("max_tokens")
+        echo = bool(body.get("echo"))
+        logprobs = body.get("logprobs")
         return cls(
-            echo=bool(body.get("echo")),
-            logprobs=body.get("logprobs"),
+            echo=echo,
+            logprobs=logprobs,
             max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
             tokens_as_ids=bool(body.get("return_tokens_as_token_ids")),
+            token_ids=bool(body.get("return_token_ids")),
+            prompt_logprobs=body.get("prompt_logprobs") is not None
+            or (echo and logprobs is not None),
+            continuous_usage=continuous_usage,
         )
+
+    def echoed_text(self, prompt: Prompt) -> str:
+        """The prompt's text as echoed. vLLM's server echoes no prompt text when it returns
+        token ids (`prompt_text = ""` under `return_token_ids`): the ids stand for it."""
+        return "" if self.token_ids else prompt.text
 
     @property
     def prompt_only(self) -> bool:
@@ -252,12 +269,39 @@ def choice(
 ) -> Json:
     """One finished sequence as a canonical choice (`prompt` is needed with echo)."""
     token_ids, positions, text = _shown(output, shape, prompt)
-    return {
+    out = {
         "text": text,
         "index": index,
         "logprobs": _logprobs_or_none(token_ids, positions, shape, tokenizer, 0),
         "finish_reason": finish_reason(output.finish_reason),
     }
+    if output.stop_reason is not None:
+        out["stop_reason"] = output.stop_reason
+    if shape.prompt_logprobs and prompt is not None and prompt.logprobs is not None:
+        out["prompt_logprobs"] = vllm_prompt_logprobs(prompt.logprobs)
+    if shape.token_ids:
+        out["prompt_token_ids"] = list(prompt.token_ids) if prompt is not None else []
+        out["token_ids"] = list(output.token_ids)
+    return out
+
+
+def vllm_prompt_logprobs(positions: Positions) -> list[dict[str, Json] | None]:
+    """vLLM's own `prompt_logprobs` answer (not OpenAI's format): per prompt position, token id
+    → `{logprob, rank, decoded_token}` in the engine's order, null where nothing precedes; -inf
+    as -9999.0 (`clamp_prompt_logprobs`)."""
+    return [
+        None
+        if position is None
+        else {
+            str(token_id): {
+                "logprob": max(lp.logprob, LOGPROB_FLOOR),
+                "rank": lp.rank,
+                "decoded_token": lp.decoded_token,
+            }
+            for token_id, lp in position.items()
+        }
+        for position in positions
+    ]
 
 
 def _shown(
@@ -270,14 +314,15 @@ def _shown(
     if prompt is None:
         raise ValueError("echo needs the prompt")
     if shape.prompt_only:
-        return prompt.token_ids, prompt.logprobs, prompt.text
+        return prompt.token_ids, prompt.logprobs, shape.echoed_text(prompt)
     positions = None
     if shape.logprobs is not None:
         # vLLM's server asserts both are there: echo asks the engine for prompt logprobs.
         if prompt.logprobs is None or output.logprobs is None:
             raise ValueError("echo with logprobs needs prompt and sample logprobs")
         positions = [*prompt.logprobs, *output.logprobs]
-    return [*prompt.token_ids, *output.token_ids], positions, prompt.text + output.text
+    text = shape.echoed_text(prompt) + output.text
+    return [*prompt.token_ids, *output.token_ids], positions, text
 
 
 def _logprobs_or_none(
@@ -336,6 +381,7 @@ class ChoiceStream:
         self.echoed = False
         self.text_offset = 0  # where the next delta's logprobs start
         self.completion_tokens = 0  # generated so far (the echoed prompt not included)
+        self.sent_prompt_ids = False  # return_token_ids: the first delta has the prompt's ids
 
     def delta(self, output: CompletionOutput, prompt: Prompt | None = None) -> Json | None:
         """The canonical delta for one DELTA output of this choice; None for the empty output
@@ -357,18 +403,27 @@ class ChoiceStream:
             # for a possible stop string lags the tokens.
             self.text_offset = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
         self.completion_tokens += len(output.token_ids)
-        return {"text": text, "index": self.index, "logprobs": logprobs, "finish_reason": finish}
+        out = {"text": text, "index": self.index, "logprobs": logprobs, "finish_reason": finish}
+        if output.stop_reason is not None:
+            out["stop_reason"] = output.stop_reason
+        if self.shape.token_ids:
+            if not self.sent_prompt_ids:
+                out["prompt_token_ids"] = list(prompt.token_ids) if prompt is not None else []
+                self.sent_prompt_ids = True
+            out["token_ids"] = list(output.token_ids)
+        return out
 
     def _echoed(
         self, output: CompletionOutput, prompt: Prompt | None
     ) -> tuple[Sequence[int], Positions | None, str]:
         if prompt is None:
             raise ValueError("echo needs the prompt")
+        text = self.shape.echoed_text(prompt)
         if self.shape.prompt_only:
-            return prompt.token_ids, prompt.logprobs, prompt.text
+            return prompt.token_ids, prompt.logprobs, text
         # Unlike the non-streamed path, vLLM's server tolerates missing logprobs here.
         positions = [*(prompt.logprobs or []), *(output.logprobs or [])]
-        return [*prompt.token_ids, *output.token_ids], positions, prompt.text + output.text
+        return [*prompt.token_ids, *output.token_ids], positions, text + output.text
 
 
 class RequestStream:
@@ -387,6 +442,7 @@ class RequestStream:
         self.n = n
         self.copies = copies  # choices each engine sequence feeds (a greedy answer repeated)
         self.prompt_texts = prompt_texts
+        self.shape = shape
         self.choices = [ChoiceStream(i, shape, tokenizer) for i in range(n * num_prompts)]
         self.prompt_tokens = [0] * num_prompts
 
@@ -402,8 +458,12 @@ class RequestStream:
             first = prompt_idx * self.n + output.index * self.copies
             for state in self.choices[first : first + self.copies]:
                 delta = state.delta(output, prompt)
-                if delta is not None:
-                    out.append({"choices": [delta]})
+                if delta is None:
+                    continue
+                chunk: Json = {"choices": [delta]}
+                if self.shape.continuous_usage:  # the choice's usage so far, as vLLM's server
+                    chunk["usage"] = usage(self.prompt_tokens[prompt_idx], state.completion_tokens)
+                out.append(chunk)
         return out
 
     def usage(self) -> Json:

@@ -50,6 +50,7 @@ KNOWN_FIELDS = frozenset(
         "n",
         "stop",
         "logprobs",
+        "prompt_logprobs",
         "max_tokens",
         "ignore_eos",
         "vllm_xargs",
@@ -79,7 +80,7 @@ def sampling_kwargs(body: Mapping[str, Any], gen: Generation) -> dict[str, Any]:
         n=gen.n,
         stop=_stop(body.get("stop")),
         logprobs=logprobs,
-        prompt_logprobs=logprobs if echo else None,
+        prompt_logprobs=_prompt_logprobs(body, echo, logprobs),
         ignore_eos=bool(body.get("ignore_eos", False)),
         # vLLM cannot generate 0 tokens: echo alone makes one and drops it, as vLLM's server does.
         max_tokens=gen.max_tokens if gen.max_tokens > 0 else 1,
@@ -88,6 +89,12 @@ def sampling_kwargs(body: Mapping[str, Any], gen: Generation) -> dict[str, Any]:
         extra_args=extra_args(body),
     )
     return kwargs
+
+
+def _prompt_logprobs(body: Mapping[str, Any], echo: bool, logprobs: int | None) -> int | None:
+    """As asked; unset with echo, the echoed prompt's logprobs (vLLM's server)."""
+    asked = body.get("prompt_logprobs")
+    return logprobs if asked is None and echo else asked
 
 
 def _stop(value: Any) -> list[str]:

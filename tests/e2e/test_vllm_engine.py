@@ -401,7 +401,7 @@ def test_logprobs_above_openais_five_up_to_max_logprobs(engine: openai.OpenAI) -
         ({"allowed_token_ids": [1, 100_000]}, "allowed_token_ids"),
         ({"stop_token_ids": [-1]}, "stop_token_ids[0]"),
         ({"min_tokens": 20, "max_tokens": 8}, "min_tokens"),
-        ({"prompt_logprobs": 1}, "prompt_logprobs"),  # not served by the engine yet
+        ({"prompt_logprobs": 21}, "prompt_logprobs"),  # above the engine's max_logprobs
     ],
 )
 def test_vllm_extras_refused_by_the_engine_name_the_field(

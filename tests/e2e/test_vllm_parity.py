@@ -453,6 +453,185 @@ def test_invalid_structured_outputs_are_400s(
             create(client, prompt="Answer:", extra_body={"structured_outputs": constraint})
 
 
+# ---------------------------------------------------------------- vLLM's answers to its extras
+
+
+def extra_of(choice: Any, key: str) -> Any:
+    """A vLLM extra on a choice (the SDK keeps unknown keys as `model_extra`)."""
+    return (choice.model_extra or {}).get(key)
+
+
+def same_prompt_logprobs(ours: Any, theirs: Any) -> None:
+    """vLLM's `prompt_logprobs` format: null first, then token id → {logprob, rank,
+    decoded_token} per position, in the engine's order."""
+    assert ours[0] is None and theirs[0] is None and len(ours) == len(theirs)
+    for mine, ref in zip(ours[1:], theirs[1:], strict=True):
+        assert list(mine) == list(ref)  # the same ids in the same order
+        for token_id, entry in mine.items():
+            assert entry.keys() == {"logprob", "rank", "decoded_token"}
+            assert (entry["rank"], entry["decoded_token"]) == (
+                ref[token_id]["rank"],
+                ref[token_id]["decoded_token"],
+            )
+            assert entry["logprob"] == pytest.approx(ref[token_id]["logprob"], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("asked", [0, 3])
+def test_prompt_logprobs(gw: openai.OpenAI, direct: openai.OpenAI, asked: int) -> None:
+    g, d = extras_both(gw, direct, prompt_logprobs=asked, max_tokens=2)
+    ours, theirs = (
+        extra_of(g.choices[0], "prompt_logprobs"),
+        extra_of(d.choices[0], "prompt_logprobs"),
+    )
+    same_prompt_logprobs(ours, theirs)
+    assert len(ours) == counts(g.usage)[0]  # one position per prompt token
+    # The prompt's own token at each position, plus the top `asked` (vLLM's format).
+    assert all(1 <= len(position) <= asked + 1 for position in ours[1:])
+    assert extra_of(create(gw, prompt=PROMPT, max_tokens=2).choices[0], "prompt_logprobs") is None
+
+
+def test_echo_with_logprobs_also_returns_prompt_logprobs(
+    gw: openai.OpenAI, direct: openai.OpenAI
+) -> None:
+    """vLLM's server asks the engine for the echoed prompt's logprobs and shows them too."""
+    g, d = both(gw, direct, prompt=PROMPT, max_tokens=2, temperature=0, echo=True, logprobs=1)
+    same_prompt_logprobs(
+        extra_of(g.choices[0], "prompt_logprobs"), extra_of(d.choices[0], "prompt_logprobs")
+    )
+
+
+def test_prompt_logprobs_refusals(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    """With stream, and above the cap (max_logprobs, 20): 400s naming the field on both."""
+    for client in (gw, direct):
+        with pytest.raises(openai.BadRequestError) as caught:
+            stream_all(client, prompt=PROMPT, extra_body={"prompt_logprobs": 1})
+        assert "prompt_logprobs" in caught.value.message
+        with pytest.raises(openai.BadRequestError) as caught:
+            create(client, prompt=PROMPT, extra_body={"prompt_logprobs": 21})
+        assert "prompt logprobs of 21" in caught.value.message
+
+
+@pytest.mark.parametrize("echo", [False, True])
+def test_return_token_ids(gw: openai.OpenAI, direct: openai.OpenAI, echo: bool) -> None:
+    g, d = extras_both(gw, direct, return_token_ids=True, echo=echo, max_tokens=5)
+    choice, ref = g.choices[0], d.choices[0]
+    prompt_ids, ids = extra_of(choice, "prompt_token_ids"), extra_of(choice, "token_ids")
+    assert prompt_ids == extra_of(ref, "prompt_token_ids") and prompt_ids[0] == BOS
+    assert ids == extra_of(ref, "token_ids")
+    assert (len(prompt_ids), len(ids)) == counts(g.usage)[:2]
+    # vLLM's server echoes no prompt text when it returns the prompt's ids.
+    assert choice.text == greedy(direct, PROMPT, max_tokens=5)
+    plain = create(gw, prompt=PROMPT, max_tokens=5, temperature=0).choices[0]
+    assert extra_of(plain, "token_ids") is None and extra_of(plain, "prompt_token_ids") is None
+
+
+def test_return_token_ids_in_a_stream(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    kw: dict[str, Any] = {"prompt": PROMPT, "n": 2, **GREEDY_SAMPLING}
+    kw["extra_body"] = {**kw["extra_body"], "return_token_ids": True}
+    whole = create(direct, **kw)
+    for client in (gw, direct):
+        chunks = stream_all(client, **kw)
+        for choice in whole.choices:
+            mine = [c for chunk in chunks for c in chunk.choices if c.index == choice.index]
+            firsts = [extra_of(c, "prompt_token_ids") for c in mine]
+            assert firsts[0] == extra_of(choice, "prompt_token_ids")  # on the first chunk only
+            assert all(f is None for f in firsts[1:])
+            streamed = [i for c in mine for i in extra_of(c, "token_ids")]
+            assert streamed == extra_of(choice, "token_ids")
+
+
+def test_stop_reason(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    """The stop string or token id that ended a choice; none for length."""
+    g, d = extras_both(gw, direct, max_tokens=16, stop=["~"])
+    assert extra_of(g.choices[0], "stop_reason") == extra_of(d.choices[0], "stop_reason") == "~"
+    forced = {"logit_bias": {str(FORCED): 100}}
+    g, _ = extras_both(gw, direct, **forced, stop_token_ids=[FORCED])
+    assert extra_of(g.choices[0], "stop_reason") == FORCED
+    g, _ = extras_both(gw, direct)
+    assert g.choices[0].finish_reason == "length" and extra_of(g.choices[0], "stop_reason") is None
+
+
+async def test_continuous_usage_stats(direct: openai.OpenAI, vllm_stack: Stack, path: str) -> None:
+    """Every content chunk carries its choice's usage so far, as vLLM's server sends it: the
+    prompt's tokens, and the tokens the choice has had (counted here by its token ids)."""
+    kw: dict[str, Any] = {"model": MODEL, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "n": 2}
+    kw.update(GREEDY_SAMPLING)
+    kw["extra_body"] = {**kw["extra_body"], "return_token_ids": True}
+    full = create(direct, **kw)
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    async with vllm_stack.async_client(path) as client:
+        stream = await client.completions.create(stream=True, stream_options=options, **kw)
+        chunks = [chunk async for chunk in stream]
+    *content, last = chunks
+    assert last.choices == [] and counts(last.usage) == counts(full.usage)
+    seen: dict[int, int] = defaultdict(int)
+    for chunk in content:
+        [choice] = chunk.choices  # one choice per chunk, as vLLM sends them
+        seen[choice.index] += len(extra_of(choice, "token_ids"))
+        assert chunk.usage is not None
+        assert chunk.usage.prompt_tokens == counts(full.usage)[0]
+        assert chunk.usage.completion_tokens == seen[choice.index]
+        assert chunk.usage.total_tokens == chunk.usage.prompt_tokens + seen[choice.index]
+    assert sum(seen.values()) == counts(full.usage)[1]
+    # Asked without include_usage, vLLM sends no usage at all; nor does the gateway.
+    async with vllm_stack.async_client(path) as client:
+        alone = {"include_usage": False, "continuous_usage_stats": True}
+        stream = await client.completions.create(stream=True, stream_options=alone, **kw)
+        assert all([chunk.usage is None async for chunk in stream])
+
+
+# ---------------------------------------------------------------- beam search
+
+
+BEAMS: dict[str, Any] = {"prompt": PROMPT, "max_tokens": 6, "n": 2, "temperature": 0}
+
+
+@pytest.mark.parametrize(
+    ("penalty", "prompts"), [(1.0, PROMPT), (0.3, PROMPT), (1.0, [PROMPT, OTHER])]
+)
+def test_beam_search(
+    gw: openai.OpenAI, direct: openai.OpenAI, penalty: float, prompts: Any
+) -> None:
+    extra = {"use_beam_search": True, "length_penalty": penalty}
+    g, d = both(gw, direct, **{**BEAMS, "prompt": prompts}, extra_body=extra)
+    assert_same(g, d)
+    assert len(g.choices) == 2 * (1 if isinstance(prompts, str) else 2)
+    assert len({c.text for c in g.choices[:2]}) == 2  # two distinct beams, best first
+    assert [extra_of(c, "stop_reason") for c in g.choices] == [
+        extra_of(c, "stop_reason") for c in d.choices
+    ]
+
+
+def test_beam_search_takes_effect(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    """Beams of width 4 search where greedy decoding does not: they differ from the n=1 beam
+    (greedy), and with logprobs each beam scores its own tokens."""
+    one = create(gw, **{**BEAMS, "n": 1}, extra_body={"use_beam_search": True})
+    assert one.choices[0].text == greedy(direct, PROMPT, max_tokens=6)
+    four, ref = both(gw, direct, **{**BEAMS, "n": 4}, logprobs=1,
+                     extra_body={"use_beam_search": True})  # fmt: skip
+    assert_same(four, ref)
+    assert len({c.text for c in four.choices}) == 4
+    for choice, theirs in zip(four.choices, ref.choices, strict=True):
+        assert choice.logprobs is not None and theirs.logprobs is not None
+        assert choice.logprobs.tokens == theirs.logprobs.tokens
+
+
+def test_beam_search_refusals(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    """With stream: a 400 on both. What beam search ignores (stop, top_p, …), vLLM's server
+    drops silently; the gateway refuses it, naming the field."""
+    beam = {"use_beam_search": True}
+    for client in (gw, direct):
+        with pytest.raises(openai.BadRequestError):
+            stream_all(client, prompt=PROMPT, extra_body=beam)
+    create(direct, **BEAMS, stop=["~"], extra_body=beam)
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(gw, **BEAMS, stop=["~"], extra_body=beam)
+    assert caught.value.body["param"] == "stop"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(gw, **BEAMS, extra_body={"length_penalty": 0.5})
+    assert caught.value.body["param"] == "length_penalty"  # type: ignore[index]
+
+
 def test_top_p_zero_is_greedy(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError):  # vLLM itself wants top_p in (0, 1]
         create(direct, prompt=PROMPT, top_p=0)

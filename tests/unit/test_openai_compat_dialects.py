@@ -8,12 +8,12 @@ import orjson
 import pytest
 
 from gateway.errors import ConfigError, InvalidRequest, UnsupportedParameter
-from gateway.schemas import FIELDS, VLLM_FIELDS, RequestLimits, validate_completion
+from gateway.schemas import FIELDS, SUB_FIELDS, VLLM_FIELDS, RequestLimits, validate_completion
 from providers.base import Target
 from providers.openai_compat import OpenAICompatProvider
 from providers.openai_compat.adapter import Plan
 from providers.openai_compat.dialects import DIALECTS
-from providers.params import UNKNOWN, Action, apply_rules
+from providers.params import DROP, EMULATE, REJECT, UNKNOWN, Action, apply_rules, passes
 
 TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible")
 
@@ -49,7 +49,7 @@ def test_every_tag_has_a_dialect() -> None:
 @pytest.mark.parametrize("tag", TAGS)
 def test_every_field_has_a_rule_in_every_dialect(tag: str) -> None:
     rules = DIALECTS[tag].rules
-    missing = [name for name in FIELDS if name not in rules]
+    missing = [name for name in (*FIELDS, *SUB_FIELDS) if name not in rules]
     assert missing == []
     assert UNKNOWN in rules
 
@@ -277,6 +277,56 @@ def test_stream_always_asks_for_usage_except_fireworks() -> None:
     fw = body_of("fireworks", stream=True, stream_options={"include_usage": True})
     assert "stream_options" not in fw
     assert fw["stream"] is True
+
+
+CONTINUOUS = {"include_usage": True, "continuous_usage_stats": True}
+
+
+@pytest.mark.parametrize("tag", ["vllm-server", "openai-compatible"])
+def test_continuous_usage_goes_where_the_dialect_passes_it(tag: str) -> None:
+    assert body_of(tag, stream=True, stream_options=CONTINUOUS)["stream_options"] == CONTINUOUS
+    # vLLM reads continuous usage only with include_usage; the caller asked for none.
+    alone = {"include_usage": False, "continuous_usage_stats": True}
+    assert body_of(tag, stream=True, stream_options=alone)["stream_options"] == {
+        "include_usage": True
+    }
+    prepared = provider(tag).prepare(request(stream=True, stream_options=CONTINUOUS), target())
+    assert prepared.state.shape.continuous_usage
+
+
+@pytest.mark.parametrize("tag", ["openai", "fireworks"])
+def test_continuous_usage_elsewhere_is_refused_or_dropped(tag: str) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        body_of(tag, stream=True, stream_options=CONTINUOUS)
+    assert exc.value.param == "stream_options.continuous_usage_stats"
+    assert tag in exc.value.message or "target" in exc.value.message
+    req = request(stream=True, stream_options=CONTINUOUS)
+    prepared = provider(tag).prepare(req, target("drop"))
+    assert prepared.dropped == ("stream_options.continuous_usage_stats",)
+    assert not prepared.state.shape.continuous_usage
+    assert "continuous_usage_stats" not in prepared.state.body.get("stream_options", {})
+    # A null key asks for nothing.
+    body_of(
+        tag, stream=True, stream_options={"include_usage": True, "continuous_usage_stats": None}
+    )
+
+
+def test_sub_rows_apply_before_their_field() -> None:
+    rules = {
+        "opts": passes(),
+        "opts.a": REJECT,
+        "opts.b": EMULATE,
+        "opts.c": DROP,
+        UNKNOWN: passes(),
+    }
+    fields = {"opts": {"b": 1, "c": 2, "d": 3}}
+    applied = apply_rules(rules, fields, target="t", policy="reject", sub_parents={"opts"})
+    assert applied.body == {"opts": {"d": 3}}
+    assert applied.emulated == frozenset({"opts.b"}) and applied.dropped == ("opts.c",)
+    assert fields == {"opts": {"b": 1, "c": 2, "d": 3}}  # the request is left as it was
+    with pytest.raises(UnsupportedParameter) as exc:
+        apply_rules(rules, {"opts": {"a": 1}}, target="t", policy="reject", sub_parents={"opts"})
+    assert exc.value.param == "opts.a"
 
 
 def test_fireworks_always_gets_context_behavior() -> None:

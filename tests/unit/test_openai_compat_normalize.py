@@ -13,6 +13,7 @@ from providers.openai_compat.normalize import (
     Shape,
     StreamNormalizer,
     choices,
+    extras_for,
     finish,
     legacy_logprobs,
     usage,
@@ -324,6 +325,66 @@ def test_stream_openai_usage_chunk_passed_on_last() -> None:
     assert norm.end() == [
         {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
     ]
+
+
+USAGE_1 = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+USAGE_2 = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+
+
+def test_stream_continuous_usage_stays_on_its_chunk() -> None:
+    """vLLM's continuous_usage_stats: each content chunk keeps its choice's usage so far; the
+    request's usage still comes last, on its own."""
+    norm = StreamNormalizer(Shape(LABEL, False, continuous_usage=True))
+    first = {"choices": [{"index": 0, "text": "a", "finish_reason": None}], "usage": USAGE_1}
+    assert norm.feed(first) == [{"choices": [delta("a")], "usage": USAGE_1}]
+    last = {"choices": [{"index": 0, "text": "b", "finish_reason": "length"}], "usage": USAGE_2}
+    assert norm.feed(last) == [{"choices": [delta("b", finish="length")], "usage": USAGE_2}]
+    assert norm.feed({"choices": [], "usage": USAGE_2}) == []
+    assert norm.end() == [{"choices": [], "usage": USAGE_2}]
+    # Without it, usage on a content chunk is the request's (Fireworks' last chunk).
+    plain = StreamNormalizer(Shape(LABEL, False))
+    assert plain.feed(last) == [{"choices": [delta("b", finish="length")]}]
+    assert plain.end() == [{"choices": [], "usage": USAGE_2}]
+
+
+def test_extras_kept_when_asked_and_not_null() -> None:
+    shape = Shape(LABEL, False, extras=extras_for({"return_token_ids": True}))
+    raw = {
+        "index": 0,
+        "text": "a",
+        "finish_reason": "stop",
+        "stop_reason": 7,
+        "prompt_token_ids": [1, 2],
+        "token_ids": [5, 7],
+        "prompt_logprobs": None,
+        "raw_output": {},
+    }
+    assert complete({"choices": [raw]}, shape)["choices"] == [
+        {
+            "text": "a",
+            "index": 0,
+            "logprobs": None,
+            "finish_reason": "stop",
+            "stop_reason": 7,
+            "prompt_token_ids": [1, 2],
+            "token_ids": [5, 7],
+        }
+    ]
+    assert extras_for({}) == ("stop_reason",)
+    assert extras_for({"prompt_logprobs": 0}) == ("stop_reason", "prompt_logprobs")
+    assert extras_for({"echo": True, "logprobs": 0}) == ("stop_reason", "prompt_logprobs")
+    assert extras_for({"echo": True}) == ("stop_reason",)
+
+
+def test_stream_tokens_whose_text_is_held_back_still_go_out() -> None:
+    """vLLM sends a token whose text waits (a possible stop string) with empty text: its id
+    must reach the caller, or the ids would not add up."""
+    norm = StreamNormalizer(Shape(LABEL, False, extras=extras_for({"return_token_ids": True})))
+    first = {"index": 0, "text": "", "prompt_token_ids": [1], "token_ids": [9]}
+    assert norm.feed({"choices": [first]}) == [
+        {"choices": [{**delta(""), "prompt_token_ids": [1], "token_ids": [9]}]}
+    ]
+    assert norm.feed({"choices": [{"index": 0, "text": "", "token_ids": []}]}) == []
 
 
 def test_stream_skips_empty_deltas_and_no_usage_when_unknown() -> None:

@@ -120,6 +120,15 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"use_beam_search": "true"}, "use_beam_search"),
     ({"use_beam_search": True, "echo": True, "logprobs": 1}, "echo"),
     ({"length_penalty": "1"}, "length_penalty"),
+    ({"length_penalty": 0.5}, "length_penalty"),  # beam search only
+    ({"use_beam_search": True, "stream": True}, "use_beam_search"),
+    ({"use_beam_search": True, "stop": ["x"]}, "stop"),
+    ({"use_beam_search": True, "top_p": 0.5}, "top_p"),
+    ({"use_beam_search": True, "min_tokens": 2}, "min_tokens"),
+    ({"use_beam_search": True, "structured_outputs": {"regex": "a"}}, "structured_outputs"),
+    ({"use_beam_search": True, "response_format": {"type": "json_object"}}, "response_format"),
+    ({"use_beam_search": True, "prompt_logprobs": 0}, "prompt_logprobs"),
+    ({"use_beam_search": True, "best_of": 2}, "best_of"),
     ({"add_special_tokens": 1}, "add_special_tokens"),
     ({"vllm_xargs": []}, "vllm_xargs"),
     ({"vllm_xargs": {"a": {"b": 1}}}, "vllm_xargs.a"),
@@ -140,11 +149,26 @@ BAD: list[tuple[dict[str, Any], str]] = [
         {"structured_outputs": {"json_object": True}},
         {"vllm_xargs": {"a": "x", "b": 2, "c": [1.5, "y"]}},
         {"truncate_prompt_tokens": -1, "truncation_side": "right"},
+        # Beam search with what it applies, and the rest at neutral values.
+        {"use_beam_search": True, "n": 3, "length_penalty": 0.5, "temperature": 0.3},
+        {"use_beam_search": True, "top_p": 1.0, "top_k": -1, "logit_bias": {}, "seed": 3},
+        {"use_beam_search": True, "response_format": {"type": "text"}, "logprobs": 2},
+        {"length_penalty": 1.0},
+        {"stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}},
     ],
 )
 def test_vllm_extras_that_vllm_accepts(fields: dict[str, Any]) -> None:
     """Valid to vLLM: whether a target takes them is its dialect's business."""
     assert parse(**fields).fields.items() >= fields.items()
+
+
+def test_continuous_usage_needs_include_usage() -> None:
+    """As vLLM reads it: per-chunk usage only when the caller asked for usage at all."""
+    on = {"include_usage": True, "continuous_usage_stats": True}
+    assert parse(stream=True, stream_options=on).continuous_usage
+    off = {"include_usage": False, "continuous_usage_stats": True}
+    assert not parse(stream=True, stream_options=off).continuous_usage
+    assert not parse(stream=True, stream_options={"include_usage": True}).continuous_usage
 
 
 @pytest.mark.parametrize(("fields", "param"), BAD, ids=[str(b[0])[:60] for b in BAD])

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from providers.openai_compat.normalize import extras_for
 from providers.vllm_engine.output import (
     EngineStopped,
     RequestStream,
@@ -130,6 +131,7 @@ def seq(
     index: int = 0,
     finish: str | None = "length",
     text: str | None = None,
+    stop_reason: int | str | None = None,
 ) -> CompletionOutput:
     """A sequence; `text` differs from the tokens' when a stop string is held back."""
     return CompletionOutput(
@@ -139,6 +141,7 @@ def seq(
         cumulative_logprob=None,
         logprobs=some_logprobs(ids) if logprobs is None else logprobs,
         finish_reason=finish,
+        stop_reason=stop_reason,
     )
 
 
@@ -161,10 +164,11 @@ def result(
 
 
 def as_asked(results: list[RequestOutput], body: Json) -> list[RequestOutput]:
-    """What the engine returns for `body`: no logprobs unless asked, prompt logprobs only for
-    echo (the sampling rules ask for them only then)."""
+    """What the engine returns for `body`: no logprobs unless asked, prompt logprobs only when
+    asked or for echo with logprobs (the sampling rules ask for them only then)."""
     for res in results:
-        if body.get("logprobs") is None or not body.get("echo"):
+        echo_logprobs = body.get("logprobs") is not None and body.get("echo")
+        if body.get("prompt_logprobs") is None and not echo_logprobs:
             res.prompt_logprobs = None
         if body.get("logprobs") is None:
             for out in res.outputs:
@@ -188,7 +192,9 @@ def vllm_server() -> OpenAIServingCompletion:
 
 
 def vllm_request(body: Json, stream: bool = False) -> CompletionRequest:
-    extra: Json = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+    body = dict(body)
+    options = body.pop("stream_options", {"include_usage": True})
+    extra: Json = {"stream": True, "stream_options": options} if stream else {}
     return CompletionRequest(model="m", prompt="p", **body, **extra)
 
 
@@ -196,9 +202,9 @@ def vllm_completion(results: list[RequestOutput], body: Json) -> Json:
     response = vllm_server().request_output_to_completion_response(
         results, vllm_request(body), "cmpl-1", 0, "m", TOK, RequestResponseMetadata(request_id="1")
     )
-    dumped = response.model_dump()
+    dumped = json.loads(response.model_dump_json())  # what vLLM's server sends
     usage = {k: dumped["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
-    return {"choices": [_pick(c) for c in dumped["choices"]], "usage": usage}
+    return {"choices": [_pick(c, body) for c in dumped["choices"]], "usage": usage}
 
 
 async def vllm_stream(events: list[Event], body: Json, num_prompts: int) -> tuple[list[Json], Json]:
@@ -229,14 +235,21 @@ async def vllm_stream(events: list[Event], body: Json, num_prompts: int) -> tupl
         assert "error" not in chunk, chunk  # the generator turns exceptions into error events
         if chunk["choices"]:
             [delta] = chunk["choices"]
-            deltas.append(_pick(delta))
+            deltas.append(_pick(delta, body))
+            if "usage" in chunk:  # continuous usage: the choice's so far
+                deltas[-1]["usage"] = chunk["usage"]
         else:
             usage = chunk["usage"]
     return deltas, usage
 
 
-def _pick(vllm_choice: Json) -> Json:
-    return {k: vllm_choice.get(k) for k in CHOICE_KEYS}
+def _pick(vllm_choice: Json, body: Json) -> Json:
+    """A choice of vLLM's as the gateway renders it: OpenAI's keys, and the extras the request
+    asked for that are not null (vLLM's stream also sends the prompt's ids with echo alone)."""
+    asked = extras_for(body)
+    return {
+        k: v for k, v in vllm_choice.items() if k in CHOICE_KEYS or (v is not None and k in asked)
+    }
 
 
 def ordered(choices: list[Json]) -> list[Json]:
@@ -253,12 +266,14 @@ def ordered(choices: list[Json]) -> list[Json]:
 
 
 def ours_stream(events: list[Event], body: Json, num_prompts: int) -> tuple[list[Json], Json]:
-    stream = RequestStream(Shape.of(body), body.get("n") or 1, num_prompts, TOK)
+    continuous = bool(body.get("stream_options", {}).get("continuous_usage_stats"))
+    shape = Shape.of(body, continuous_usage=continuous)
+    stream = RequestStream(shape, body.get("n") or 1, num_prompts, TOK)
     deltas = []
     for prompt_idx, res in events:
         for chunk in stream.chunks(prompt_idx, res):
             [delta] = chunk["choices"]
-            deltas.append(delta)
+            deltas.append(delta if "usage" not in chunk else {**delta, "usage": chunk["usage"]})
     assert stream.usage_chunk() == {"choices": [], "usage": stream.usage()}
     return deltas, stream.usage()
 
@@ -304,6 +319,28 @@ CASES: dict[str, Case] = {
     "tokens-as-ids": (
         {"echo": True, "logprobs": 2, "return_tokens_as_token_ids": True},
         lambda: [result([seq(MAT, mat_logprobs())])],
+    ),
+    "stop-reason": ({}, lambda: [result([seq(MAT, finish="stop", stop_reason=".")])]),
+    "stop-reason-token-id": ({}, lambda: [result([seq(MAT, finish="stop", stop_reason=2)])]),
+    "prompt-logprobs": ({"prompt_logprobs": 2}, lambda: [result([seq(MAT)])]),
+    "prompt-logprobs-0-n-2": ({"prompt_logprobs": 0, "n": 2}, _two_prompts),
+    "prompt-logprobs-echo": (
+        {"prompt_logprobs": 1, "echo": True, "logprobs": 2},
+        lambda: [result([seq(MAT, mat_logprobs())])],
+    ),
+    "echo-logprobs-shows-prompt-logprobs": (
+        {"echo": True, "logprobs": 1},
+        lambda: [result([seq(MAT, mat_logprobs())])],
+    ),
+    "return-token-ids": ({"return_token_ids": True}, _two_prompts),
+    # vLLM's server echoes no prompt text with return_token_ids (the ids stand for it).
+    "return-token-ids-echo": (
+        {"return_token_ids": True, "echo": True, "logprobs": 1},
+        lambda: [result([seq(MAT, mat_logprobs())])],
+    ),
+    "return-token-ids-echo-max-tokens-0": (
+        {"return_token_ids": True, "echo": True, "max_tokens": 0},
+        lambda: [result([seq((7,))])],
     ),
 }
 
@@ -457,8 +494,14 @@ def test_shape_of_a_body() -> None:
     shape = Shape.of(
         {"echo": True, "logprobs": 0, "max_tokens": 0, "return_tokens_as_token_ids": True}
     )
-    assert shape == Shape(echo=True, logprobs=0, max_tokens=0, tokens_as_ids=True)
+    assert shape == Shape(
+        echo=True, logprobs=0, max_tokens=0, tokens_as_ids=True, prompt_logprobs=True
+    )
     assert shape.prompt_only and not Shape(echo=True, max_tokens=1).prompt_only
+    assert Shape.of({"prompt_logprobs": 0}).prompt_logprobs
+    assert not Shape.of({"echo": True}).prompt_logprobs  # echo alone asks for none
+    assert Shape.of({"return_token_ids": True}).token_ids
+    assert Shape.of({}, continuous_usage=True).continuous_usage
 
 
 # -- finish reasons ---------------------------------------------------------------------------
@@ -547,6 +590,14 @@ def _two_prompt_deltas() -> list[Event]:
     ]
 
 
+def _stop_reason_deltas() -> list[Event]:
+    return [
+        (0, _first([seq((7,), finish=None)])),
+        (0, _later([seq((10, 8), finish="stop", text=" on", stop_reason=".")])),
+    ]
+
+
+CONTINUOUS = {"include_usage": True, "continuous_usage_stats": True}
 StreamCase = tuple[Json, int, Callable[[], list[Event]]]
 
 STREAMS: dict[str, StreamCase] = {
@@ -566,6 +617,15 @@ STREAMS: dict[str, StreamCase] = {
         {"echo": True, "logprobs": 1, "return_tokens_as_token_ids": True},
         1,
         _echo_deltas,
+    ),
+    "return-token-ids": ({"return_token_ids": True, "n": 2}, 1, _n2_deltas),
+    "return-token-ids-echo": ({"return_token_ids": True, "echo": True}, 1, _echo_deltas),
+    "stop-reason": ({}, 1, _stop_reason_deltas),
+    "continuous-usage": ({"stream_options": CONTINUOUS, "n": 2}, 1, _n2_deltas),
+    "continuous-usage-two-prompts": (
+        {"stream_options": CONTINUOUS, "n": 2, "echo": True},
+        2,
+        _two_prompt_deltas,
     ),
 }
 

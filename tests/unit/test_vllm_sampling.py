@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import InvalidRequest
+from providers.vllm_engine.beams import beam_kwargs
 from providers.vllm_engine.rules import ADAPTER_READS
 from providers.vllm_engine.sampling import (
     DEFAULTS,
@@ -135,6 +136,8 @@ PARITY = [
     {"structured_outputs": {"regex": "[a-z]+", "disable_any_whitespace": True}},
     {"structured_outputs": {"grammar": "root ::= 'a'"}, "response_format": {"type": "text"}},
     {"structured_outputs": {"json": SCHEMA, "disable_additional_properties": True}},
+    {"prompt_logprobs": 3},
+    {"prompt_logprobs": 0, "echo": True, "logprobs": 2},
 ]
 COMPARED = (
     "n",
@@ -163,6 +166,8 @@ COMPARED = (
 @pytest.mark.parametrize("stream", [False, True])
 def test_same_sampling_params_as_vllm_server(given: dict[str, Any], stream: bool) -> None:
     body = dict(given)
+    if stream and body.get("prompt_logprobs"):
+        pytest.skip("prompt_logprobs > 0 is refused with stream (vLLM's and the gateway's 400)")
     protocol = pytest.importorskip("vllm.entrypoints.openai.completion.protocol")
     n = body.pop("n", 2)
     request = protocol.CompletionRequest(model="m", prompt="hi", stream=stream, n=n, **body)
@@ -170,6 +175,25 @@ def test_same_sampling_params_as_vllm_server(given: dict[str, Any], stream: bool
     ours = build(sampling_kwargs(body, Generation(n=n, max_tokens=11, stream=stream)))
     for name in COMPARED:
         assert getattr(ours, name) == getattr(theirs, name), name
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {},
+        {"n": 3, "temperature": 0.5, "length_penalty": 0.5},
+        {"ignore_eos": True, "include_stop_str_in_output": True, "skip_special_tokens": False},
+    ],
+    ids=lambda b: ",".join(b) or "defaults",
+)
+def test_same_beam_search_params_as_vllm_server(given: dict[str, Any]) -> None:
+    protocol = pytest.importorskip("vllm.entrypoints.openai.completion.protocol")
+    from vllm.sampling_params import BeamSearchParams
+
+    n = given.get("n", 1)
+    request = protocol.CompletionRequest(model="m", prompt="hi", use_beam_search=True, **given)
+    theirs = request.to_beam_search_params(max_tokens=9)
+    assert BeamSearchParams(**beam_kwargs(given, n, 9)) == theirs
 
 
 def test_vllm_validation_error_is_a_400_naming_the_parameter() -> None:
@@ -207,6 +231,16 @@ def test_every_field_has_an_engine_rule() -> None:
     from providers.vllm_engine.rules import RULES
 
     assert [name for name in FIELDS if name not in RULES] == []
+
+
+def test_every_vllm_extra_is_served() -> None:
+    from gateway.schemas import SUB_FIELDS, VLLM_FIELDS
+    from providers.params import Action
+    from providers.vllm_engine.rules import RULES, SERVED
+
+    assert sorted(SERVED) == sorted(VLLM_FIELDS)
+    assert {RULES[name].action for name in VLLM_FIELDS} == {Action.PASS}
+    assert {RULES[name].action for name in SUB_FIELDS} == {Action.EMULATE}
 
 
 def test_every_passed_field_is_used() -> None:

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from gateway.schemas import VLLM_FIELDS
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
 
+from .openai import CONTINUOUS
 from .openai import RULES as OPENAI
 from .spec import DialectSpec
 
@@ -34,6 +35,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         # vLLM's extras; return_token_ids exists in Fireworks too, but its token ids are not
         # carried through the gateway's response normalization yet.
         **{name: Rule(Action.REJECT, note=NOT_FIREWORKS) for name in VLLM_FIELDS},
+        **{CONTINUOUS: Rule(Action.REJECT, note="Fireworks reports usage once, at the end")},
         **{UNKNOWN: Rule(Action.REJECT, note=NOT_FIREWORKS)},
     )
 )

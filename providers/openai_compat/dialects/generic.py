@@ -12,6 +12,7 @@ from types import MappingProxyType
 from gateway.schemas import VLLM_FIELDS
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
 
+from .openai import CONTINUOUS
 from .openai import RULES as OPENAI
 from .spec import DialectSpec
 
@@ -29,7 +30,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         mirostat_target=Rule(Action.REJECT, note=NO_MIROSTAT),
         mirostat_lr=Rule(Action.REJECT, note=NO_MIROSTAT),
         **{name: passes() for name in VLLM_FIELDS},  # many such servers are vLLM-based
-        **{UNKNOWN: passes()},
+        **{CONTINUOUS: passes(), UNKNOWN: passes()},
     )
 )
 

@@ -15,11 +15,18 @@ from providers.params import EMULATE, UNKNOWN, Action, Rule, convert, passes
 
 from .spec import DialectSpec
 
+CONTINUOUS = "stream_options.continuous_usage_stats"
 
-def usage_always(_: Any) -> Mapping[str, Any]:
+
+def usage_always(value: Any) -> Mapping[str, Any]:
     """The gateway needs usage for accounting, whatever the caller asked; whether the caller
-    sees the usage chunk is decided when rendering (`include_usage`)."""
-    return {"stream_options": {"include_usage": True}}
+    sees the usage chunk is decided when rendering (`include_usage`). Per-chunk usage goes
+    upstream only where the dialect passed it and the caller will see it (with include_usage,
+    as vLLM reads it)."""
+    options = {"include_usage": True}
+    if value.get("include_usage") and value.get("continuous_usage_stats"):
+        options["continuous_usage_stats"] = True
+    return {"stream_options": options}
 
 
 NOT_OPENAI = "not an OpenAI parameter"
@@ -40,6 +47,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         "stop": passes(),
         "stream": passes(),
         "stream_options": convert(usage_always, "always include_usage upstream"),
+        CONTINUOUS: Rule(Action.REJECT, note="OpenAI's streams have no per-chunk usage"),
         "suffix": passes(),
         "temperature": passes(0.0, 2.0),
         "top_p": passes(0.0, 1.0),

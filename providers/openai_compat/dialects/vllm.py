@@ -14,6 +14,7 @@ from typing import Any
 from gateway.schemas import VLLM_FIELDS
 from providers.params import EMULATE, UNKNOWN, Action, Rule, convert, derive, passes
 
+from .openai import CONTINUOUS
 from .openai import RULES as OPENAI
 from .spec import DialectSpec
 
@@ -51,7 +52,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         # Its own extras pass unchanged; the server checks logprobs against its --max-logprobs.
         **{name: passes() for name in VLLM_FIELDS},
         logprobs=passes(-1),
-        **{UNKNOWN: passes()},
+        **{CONTINUOUS: passes(), UNKNOWN: passes()},
     )
 )
 
