@@ -324,6 +324,7 @@ VLLM_FIELDS: dict[str, Validator] = {
     "spaces_between_special_tokens": _bool,
     "bad_words": _strings,
     "allowed_token_ids": _token_ids,
+    "logprob_token_ids": _token_ids,
     "structured_outputs": _structured_outputs,
     "use_beam_search": _bool,
     "length_penalty": _number(),
@@ -395,6 +396,7 @@ def _cross_checks(f: Mapping[str, Any]) -> None:
     _vllm_cross_checks(f)
 
 
+MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's (sampling_params.MAX_LOGPROB_TOKEN_IDS)
 # What beam search leaves out: vLLM's server maps a beam-search request with
 # `to_beam_search_params` (n, max_tokens, temperature, length_penalty, ignore_eos,
 # include_stop_str_in_output, skip_special_tokens) and ignores everything else. A field here set
@@ -421,6 +423,7 @@ BEAM_IGNORES: Mapping[str, tuple[Any, ...]] = MappingProxyType(
         "mirostat_target": (),
         "mirostat_lr": (),
         "prompt_logprobs": (),
+        "logprob_token_ids": ([],),
         "spaces_between_special_tokens": (True,),
     }
 )
@@ -447,6 +450,26 @@ def _beam_search_checks(f: Mapping[str, Any]) -> None:
             )
 
 
+def _logprob_token_ids_checks(f: Mapping[str, Any]) -> None:
+    """vLLM's: the listed ids' logprobs replace the top `logprobs`, so logprobs must be asked
+    for, and there must be generated tokens to score."""
+    if f.get("logprobs") is None:
+        raise InvalidRequest(
+            "'logprobs' must be set when using 'logprob_token_ids'.", param="logprob_token_ids"
+        )
+    if f.get("echo") and f.get("max_tokens") == 0:
+        raise InvalidRequest(
+            "'logprob_token_ids' is not supported with 'echo' and 'max_tokens' 0: no tokens are "
+            "generated.",
+            param="logprob_token_ids",
+        )
+    if len(f["logprob_token_ids"]) > MAX_LOGPROB_TOKEN_IDS:
+        raise InvalidRequest(
+            f"'logprob_token_ids' may list at most {MAX_LOGPROB_TOKEN_IDS} token ids.",
+            param="logprob_token_ids",
+        )
+
+
 def _vllm_cross_checks(f: Mapping[str, Any]) -> None:
     """vLLM's own request checks (CompletionRequest validators, SamplingParams)."""
     prompt_logprobs = f.get("prompt_logprobs")
@@ -470,6 +493,8 @@ def _vllm_cross_checks(f: Mapping[str, Any]) -> None:
             f"({max_tokens}).",
             param="min_tokens",
         )
+    if f.get("logprob_token_ids"):
+        _logprob_token_ids_checks(f)
     if f.get("allowed_token_ids") == []:
         raise InvalidRequest("'allowed_token_ids' must not be empty.", param="allowed_token_ids")
 

@@ -81,6 +81,7 @@ class Shape:
     logprobs: int | None = None  # top-k asked for; None: no logprobs object
     max_tokens: int = DEFAULT_MAX_TOKENS  # as asked: 0 with echo shows the prompt only
     tokens_as_ids: bool = False  # vLLM's `return_tokens_as_token_ids`
+    all_top: bool = False  # `logprob_token_ids`: top_logprobs shows every id the engine scored
     token_ids: bool = False  # vLLM's `return_token_ids`: prompt and sequence token ids
     # vLLM's `prompt_logprobs` answer is shown: asked for, or echo with logprobs (vLLM's server
     # then asks the engine for them, and shows what it got).
@@ -98,6 +99,7 @@ class Shape:
             logprobs=logprobs,
             max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
             tokens_as_ids=bool(body.get("return_tokens_as_token_ids")),
+            all_top=bool(body.get("logprob_token_ids")),
             token_ids=bool(body.get("return_token_ids")),
             prompt_logprobs=body.get("prompt_logprobs") is not None
             or (echo and logprobs is not None),
@@ -339,7 +341,7 @@ def _logprobs_or_none(
     return legacy_logprobs(
         token_ids,
         positions,
-        shape.logprobs,
+        -1 if shape.all_top else shape.logprobs,  # -1: every entry, as for logprob_token_ids
         tokenizer,
         initial_text_offset=initial_text_offset,
         tokens_as_ids=shape.tokens_as_ids,

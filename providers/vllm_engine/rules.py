@@ -30,7 +30,9 @@ ADAPTER_READS = (
     "use_beam_search",  # `beams` instead of sampling
     "length_penalty",
 )
-SERVED = (*VLLM_DIRECT, "prompt_logprobs", "vllm_xargs", "structured_outputs", *ADAPTER_READS)
+# Read by sampling apart from VLLM_DIRECT: each maps to SamplingParams in its own way.
+SAMPLING_READS = ("prompt_logprobs", "logprob_token_ids", "vllm_xargs", "structured_outputs")
+SERVED = (*VLLM_DIRECT, *SAMPLING_READS, *ADAPTER_READS)
 
 
 RULES: Mapping[str, Rule] = MappingProxyType(

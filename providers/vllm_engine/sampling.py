@@ -51,6 +51,7 @@ KNOWN_FIELDS = frozenset(
         "stop",
         "logprobs",
         "prompt_logprobs",
+        "logprob_token_ids",
         "max_tokens",
         "ignore_eos",
         "vllm_xargs",
@@ -76,10 +77,12 @@ def sampling_kwargs(body: Mapping[str, Any], gen: Generation) -> dict[str, Any]:
     kwargs.update((name, body[name]) for name in DIRECT if name in body)
     echo = bool(body.get("echo"))
     logprobs = body.get("logprobs")
+    scored = body.get("logprob_token_ids") or None  # these ids' logprobs instead of the top k
     kwargs.update(
         n=gen.n,
         stop=_stop(body.get("stop")),
-        logprobs=logprobs,
+        logprobs=None if scored else logprobs,
+        logprob_token_ids=scored,
         prompt_logprobs=_prompt_logprobs(body, echo, logprobs),
         ignore_eos=bool(body.get("ignore_eos", False)),
         # vLLM cannot generate 0 tokens: echo alone makes one and drops it, as vLLM's server does.

@@ -367,6 +367,22 @@ def test_logprobs_above_five_match_vllm(gw: openai.OpenAI, direct: openai.OpenAI
         assert gt == pytest.approx(dt, rel=1e-5)
 
 
+def test_logprob_token_ids(gw: openai.OpenAI, direct: openai.OpenAI) -> None:
+    """The listed ids' logprobs at every position, in place of the top `logprobs`."""
+    kw: dict[str, Any] = {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "logprobs": 1}
+    g, d = both(gw, direct, **kw, extra_body={"logprob_token_ids": [FORCED, EOS]})
+    assert_same(g, d)
+    lp, ref = g.choices[0].logprobs, d.choices[0].logprobs
+    assert lp is not None and ref is not None and lp.tokens == ref.tokens
+    assert lp.top_logprobs is not None and ref.top_logprobs is not None
+    for mine, theirs in zip(lp.top_logprobs, ref.top_logprobs, strict=True):
+        assert mine is not None and theirs is not None and "</s>" in mine
+        assert mine == pytest.approx(theirs, rel=1e-5)
+    plain = create(gw, **kw).choices[0].logprobs
+    assert plain is not None and plain.top_logprobs is not None
+    assert all("</s>" not in top for top in plain.top_logprobs if top is not None)
+
+
 @pytest.mark.parametrize(
     ("extra", "prompt_tokens"),
     [

@@ -129,6 +129,11 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"use_beam_search": True, "response_format": {"type": "json_object"}}, "response_format"),
     ({"use_beam_search": True, "prompt_logprobs": 0}, "prompt_logprobs"),
     ({"use_beam_search": True, "best_of": 2}, "best_of"),
+    ({"use_beam_search": True, "logprobs": 1, "logprob_token_ids": [3]}, "logprob_token_ids"),
+    ({"logprob_token_ids": [3]}, "logprob_token_ids"),  # needs logprobs
+    ({"logprob_token_ids": [3], "logprobs": 1, "echo": True, "max_tokens": 0}, "logprob_token_ids"),
+    ({"logprob_token_ids": list(range(129)), "logprobs": 1}, "logprob_token_ids"),
+    ({"logprob_token_ids": [-3], "logprobs": 1}, "logprob_token_ids[0]"),
     ({"add_special_tokens": 1}, "add_special_tokens"),
     ({"vllm_xargs": []}, "vllm_xargs"),
     ({"vllm_xargs": {"a": {"b": 1}}}, "vllm_xargs.a"),

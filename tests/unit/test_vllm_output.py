@@ -333,6 +333,15 @@ CASES: dict[str, Case] = {
         lambda: [result([seq(MAT, mat_logprobs())])],
     ),
     "return-token-ids": ({"return_token_ids": True}, _two_prompts),
+    # The engine scores the sampled token and the listed ids; all of them are shown.
+    "logprob-token-ids": (
+        {"logprobs": 1, "logprob_token_ids": [9, 8, 12]},
+        lambda: [result([seq(MAT, mat_logprobs())])],
+    ),
+    "logprob-token-ids-echo": (
+        {"logprobs": 0, "logprob_token_ids": [9], "echo": True},
+        lambda: [result([seq(MAT, mat_logprobs())])],
+    ),
     # vLLM's server echoes no prompt text with return_token_ids (the ids stand for it).
     "return-token-ids-echo": (
         {"return_token_ids": True, "echo": True, "logprobs": 1},

@@ -138,6 +138,8 @@ PARITY = [
     {"structured_outputs": {"json": SCHEMA, "disable_additional_properties": True}},
     {"prompt_logprobs": 3},
     {"prompt_logprobs": 0, "echo": True, "logprobs": 2},
+    {"logprobs": 2, "logprob_token_ids": [5, 9]},
+    {"logprobs": 1, "logprob_token_ids": [4], "echo": True},
 ]
 COMPARED = (
     "n",
@@ -152,6 +154,7 @@ COMPARED = (
     "stop",
     "logprobs",
     "prompt_logprobs",
+    "logprob_token_ids",
     "ignore_eos",
     "max_tokens",
     "output_kind",
