@@ -172,6 +172,22 @@ async def test_non_stream_disconnect_aborts_the_engine_request(served: Served) -
     assert served.running() == 0
 
 
+async def test_beam_search_disconnect_aborts_the_engine_requests(served: Served) -> None:
+    """Beam search runs one engine request per beam and step; leaving cancels the step."""
+    body = {**LONG, "n": 3, "use_beam_search": True, "max_tokens": 400}
+    async with httpx.AsyncClient(base_url=served.url, headers=auth(), timeout=30.0) as http:
+        request = asyncio.create_task(http.post("/v1/completions", json=body))
+        assert await poll(lambda: served.running() > 0, 30.0)
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+    await served.settled()
+    assert served.running() == 0
+    async with httpx.AsyncClient(base_url=served.url, headers=auth(), timeout=60.0) as http:
+        resp = await http.post("/v1/completions", json={**body, "max_tokens": 4})
+    assert resp.status_code == 200 and len(resp.json()["choices"]) == 3
+
+
 async def test_timeout_aborts_and_answers_504(served: Served) -> None:
     body = {**LONG, "model": "tiny-fast", "n": 8}
     async with httpx.AsyncClient(base_url=served.url, headers=auth(), timeout=30.0) as http:

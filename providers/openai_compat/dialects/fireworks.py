@@ -32,8 +32,8 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         response_format=passes(),  # json_object (+schema) and json_schema are both native
         context_length_exceeded_behavior=passes(),  # always sent: Fireworks defaults to truncate
         logprobs=passes(0, 5),
-        # vLLM's extras; return_token_ids exists in Fireworks too, but its token ids are not
-        # carried through the gateway's response normalization yet.
+        # vLLM's extras. Fireworks has return_token_ids too, but the gateway may cut a stop
+        # string Fireworks included from the text, and its token ids would still carry it.
         **{name: Rule(Action.REJECT, note=NOT_FIREWORKS) for name in VLLM_FIELDS},
         **{CONTINUOUS: Rule(Action.REJECT, note="Fireworks reports usage once, at the end")},
         **{UNKNOWN: Rule(Action.REJECT, note=NOT_FIREWORKS)},
