@@ -7,17 +7,21 @@ rules of the serving provider decide what happens to them. Every error names its
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-import orjson
-
+from gateway.checks import Validator, parse_json
+from gateway.checks import bad as _bad
+from gateway.checks import boolean as _bool
+from gateway.checks import choice as _choice
+from gateway.checks import integer as _int
+from gateway.checks import number as _number
+from gateway.checks import obj as _object
+from gateway.checks import string as _string
+from gateway.checks import token_ids as _tokens
 from gateway.errors import InvalidRequest
-
-Validator = Callable[[Any, str], Any]
 
 CONTEXT_BEHAVIORS = ("error", "truncate")
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
@@ -59,78 +63,6 @@ class CompletionRequest:
         return len(self.prompts)
 
 
-# ---------------------------------------------------------------- primitive checks
-
-
-def _bad(name: str, what: str, value: Any) -> InvalidRequest:
-    shown = orjson.dumps(value).decode()[:80] if _jsonable(value) else type(value).__name__
-    return InvalidRequest(f"Invalid value for '{name}': expected {what}, got {shown}.", param=name)
-
-
-def _jsonable(value: Any) -> bool:
-    try:
-        orjson.dumps(value)
-    except TypeError:
-        return False
-    return True
-
-
-def _int(lo: int | None = None, hi: int | None = None) -> Validator:
-    def check(v: Any, name: str) -> int:
-        if type(v) is not int:
-            raise _bad(name, "an integer", v)
-        _range(v, lo, hi, name)
-        return v
-
-    return check
-
-
-def _number(lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> Validator:
-    def check(v: Any, name: str) -> float | int:
-        if type(v) not in (int, float) or not math.isfinite(v):
-            raise _bad(name, "a number", v)
-        if lo_open and lo is not None and v <= lo:
-            raise InvalidRequest(f"'{name}' must be greater than {lo}, got {v}.", param=name)
-        _range(v, None if lo_open else lo, hi, name)
-        return v  # type: ignore[no-any-return]
-
-    return check
-
-
-def _range(v: float, lo: float | None, hi: float | None, name: str) -> None:
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        lo_s = "-inf" if lo is None else f"{lo:g}"
-        hi_s = "inf" if hi is None else f"{hi:g}"
-        raise InvalidRequest(f"'{name}' must be between {lo_s} and {hi_s}, got {v}.", param=name)
-
-
-def _bool(v: Any, name: str) -> bool:
-    if type(v) is not bool:
-        raise _bad(name, "a boolean", v)
-    return v
-
-
-def _string(v: Any, name: str) -> str:
-    if type(v) is not str:
-        raise _bad(name, "a string", v)
-    return v
-
-
-def _choice(*options: str) -> Validator:
-    def check(v: Any, name: str) -> str:
-        if v not in options:
-            raise _bad(name, "one of " + ", ".join(repr(o) for o in options), v)
-        return str(v)
-
-    return check
-
-
-def _object(v: Any, name: str) -> dict[str, Any]:
-    if type(v) is not dict:
-        raise _bad(name, "an object", v)
-    return v
-
-
 # ---------------------------------------------------------------- structured fields
 
 
@@ -154,12 +86,6 @@ def _prompt(v: Any, name: str) -> Any:
     else:
         raise _bad(f"{name}[0]", "a string, a token id or an array of token ids", v[0])
     return v
-
-
-def _tokens(v: list[Any], name: str) -> None:
-    for i, t in enumerate(v):
-        if type(t) is not int or t < 0:
-            raise _bad(f"{name}[{i}]", "a token id (integer >= 0)", t)
 
 
 def _stop(v: Any, name: str) -> Any:
@@ -339,19 +265,6 @@ SUB_FIELDS = ("stream_options.continuous_usage_stats",)
 
 
 # ---------------------------------------------------------------- parse
-
-
-def parse_json(body: bytes) -> dict[str, Any]:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(
-            f"The request body is not valid JSON ({exc.msg}, at character {exc.pos}).",
-            code="invalid_json",
-        ) from None
-    if type(data) is not dict:
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
-    return data
 
 
 def parse_completion(body: bytes, limits: RequestLimits) -> CompletionRequest:

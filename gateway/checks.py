@@ -1,0 +1,102 @@
+"""Primitive request checks shared by the endpoints' schemas: each returns the value it was
+given or raises a 400 naming the field (`param`) and saying what was expected."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequest
+
+Validator = Callable[[Any, str], Any]
+
+
+def bad(name: str, what: str, value: Any) -> InvalidRequest:
+    shown = orjson.dumps(value).decode()[:80] if jsonable(value) else type(value).__name__
+    return InvalidRequest(f"Invalid value for '{name}': expected {what}, got {shown}.", param=name)
+
+
+def jsonable(value: Any) -> bool:
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return False
+    return True
+
+
+def integer(lo: int | None = None, hi: int | None = None) -> Validator:
+    def check(v: Any, name: str) -> int:
+        if type(v) is not int:
+            raise bad(name, "an integer", v)
+        within(v, lo, hi, name)
+        return v
+
+    return check
+
+
+def number(lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> Validator:
+    def check(v: Any, name: str) -> float | int:
+        if type(v) not in (int, float) or not math.isfinite(v):
+            raise bad(name, "a number", v)
+        if lo_open and lo is not None and v <= lo:
+            raise InvalidRequest(f"'{name}' must be greater than {lo}, got {v}.", param=name)
+        within(v, None if lo_open else lo, hi, name)
+        return v  # type: ignore[no-any-return]
+
+    return check
+
+
+def within(v: float, lo: float | None, hi: float | None, name: str) -> None:
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        lo_s = "-inf" if lo is None else f"{lo:g}"
+        hi_s = "inf" if hi is None else f"{hi:g}"
+        raise InvalidRequest(f"'{name}' must be between {lo_s} and {hi_s}, got {v}.", param=name)
+
+
+def boolean(v: Any, name: str) -> bool:
+    if type(v) is not bool:
+        raise bad(name, "a boolean", v)
+    return v
+
+
+def string(v: Any, name: str) -> str:
+    if type(v) is not str:
+        raise bad(name, "a string", v)
+    return v
+
+
+def choice(*options: str) -> Validator:
+    def check(v: Any, name: str) -> str:
+        if v not in options:
+            raise bad(name, "one of " + ", ".join(repr(o) for o in options), v)
+        return str(v)
+
+    return check
+
+
+def obj(v: Any, name: str) -> dict[str, Any]:
+    if type(v) is not dict:
+        raise bad(name, "an object", v)
+    return v
+
+
+def token_ids(v: list[Any], name: str) -> None:
+    for i, t in enumerate(v):
+        if type(t) is not int or t < 0:
+            raise bad(f"{name}[{i}]", "a token id (integer >= 0)", t)
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"The request body is not valid JSON ({exc.msg}, at character {exc.pos}).",
+            code="invalid_json",
+        ) from None
+    if type(data) is not dict:
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    return data
