@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from gateway.auth import Principal
 from gateway.config import Config, ModelConfig
 from gateway.config.portkey import PortkeyConfig
-from gateway.errors import ModelNotFound, PermissionDenied
+from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
 from gateway.strategy import Group, Leaf, Node, leaves
 from providers.base import Target
 
@@ -43,6 +43,17 @@ def _direct(node: Node) -> Node:
     while isinstance(node, Group) and (node.mode == "single" or len(node.children) == 1):
         node = node.children[0]
     return node
+
+
+def _serves(model: ModelConfig, endpoint: str) -> None:
+    """A completion model called for embeddings, or the reverse, is the caller's mistake."""
+    if model.endpoint != endpoint:
+        raise InvalidRequest(
+            f"The model `{model.alias}` serves {model.endpoint}, not {endpoint}: call "
+            f"POST /v1/{model.endpoint} with it.",
+            param="model",
+            code="wrong_endpoint",
+        )
 
 
 def _configured(leaf: Leaf) -> Target:
@@ -90,13 +101,14 @@ class Router:
         alias: str,
         virtual_key: str | None,
         config: PortkeyConfig | None = None,
+        endpoint: str = "completions",
     ) -> Plan:
         if config is None and virtual_key is None:
-            self.model(principal, alias)
+            _serves(self.model(principal, alias), endpoint)
             return self._plans[alias]
         root = self._root(principal, alias, virtual_key, config)
         if alias in self._models:
-            self.model(principal, alias)  # 403 for an alias the key may not use
+            _serves(self.model(principal, alias), endpoint)  # 403 for an alias not allowed
 
         def resolve(leaf: Leaf) -> Target:
             return leaf.target or self._target(alias, leaf.provider, leaf.model)

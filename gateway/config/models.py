@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gateway.embeddings import FIELDS as EMBEDDING_FIELDS
 from gateway.errors import ConfigError, InvalidRequest
 from gateway.ratelimit import Limits
 from gateway.retry import MAX_ATTEMPTS, RetryPolicy
@@ -27,7 +28,12 @@ from providers.base import Provider, Target
 from .values import integer, known, mapping, number, one_of, seq, statuses, text, weight
 
 POLICIES = ("reject", "drop")
-MODEL_KEYS = ("defaults", "unsupported_params", "limits")
+MODEL_KEYS = ("endpoint", "defaults", "unsupported_params", "limits")
+# What an alias serves: its requests come through that endpoint only.
+ENDPOINT_FIELDS: Mapping[str, Mapping[str, Any]] = {
+    "completions": FIELDS,
+    "embeddings": EMBEDDING_FIELDS,
+}
 NODE_KEYS = ("strategy", "targets", "weight", "retry", "timeout", "timeout_s")
 LEAF_KEYS = ("provider", "model", "weight", "retry", "timeout", "timeout_s")
 TIMEOUT_KEYS = ("connect_s", "first_byte_s", "total_s")
@@ -38,6 +44,7 @@ class ModelConfig:
     alias: str
     tree: Node
     limits: Limits = field(default_factory=Limits)
+    endpoint: str = "completions"  # or "embeddings"
 
     @property
     def targets(self) -> tuple[Target, ...]:
@@ -76,14 +83,16 @@ def model(alias: str, m: Mapping[str, Any], providers: Mapping[str, Provider]) -
     known(m, path, (*MODEL_KEYS, *NODE_KEYS))
     if "weight" in m:
         raise ConfigError(f"{path}.weight", "weights belong to targets")
+    endpoint = one_of(m.get("endpoint", "completions"), f"{path}.endpoint", tuple(ENDPOINT_FIELDS))
+    given = mapping(m.get("defaults", {}), f"{path}.defaults")
     scope = Scope(
         alias,
         providers,
         one_of(m.get("unsupported_params", "reject"), f"{path}.unsupported_params", POLICIES),
-        defaults(mapping(m.get("defaults", {}), f"{path}.defaults"), f"{path}.defaults"),
+        defaults(given, f"{path}.defaults", ENDPOINT_FIELDS[endpoint]),
     )
     tree = node(m, path, scope, group=True)
-    return ModelConfig(alias, tree, limits(m.get("limits", {}), f"{path}.limits"))
+    return ModelConfig(alias, tree, limits(m.get("limits", {}), f"{path}.limits"), endpoint)
 
 
 def node(m: Mapping[str, Any], path: str, scope: Scope, group: bool) -> Node:
@@ -180,15 +189,17 @@ def retry(v: Any, path: str) -> RetryPolicy:
     )
 
 
-def defaults(d: Mapping[str, Any], path: str) -> dict[str, Any]:
+def defaults(d: Mapping[str, Any], path: str, fields: Mapping[str, Any] = FIELDS) -> dict[str, Any]:
     """Request fields a model fills in when the caller did not (validated as a caller's)."""
-    return params(d, path, "can have a default")
+    return params(d, path, "can have a default", fields)
 
 
-def params(d: Mapping[str, Any], path: str, what: str) -> dict[str, Any]:
+def params(
+    d: Mapping[str, Any], path: str, what: str, fields: Mapping[str, Any] = FIELDS
+) -> dict[str, Any]:
     for name, value in d.items():
-        check = FIELDS.get(name)
-        if check is None or name in ("model", "prompt", "stream"):
+        check = fields.get(name)
+        if check is None or name in ("model", "prompt", "stream", "input"):
             raise ConfigError(f"{path}.{name}", f"not a request parameter that {what}")
         try:
             check(value, name)

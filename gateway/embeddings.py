@@ -1,0 +1,141 @@
+"""`POST /v1/embeddings`: OpenAI's CreateEmbeddingRequest, checked as OpenAI checks it, and the
+CreateEmbeddingResponse the gateway renders.
+
+`input` is a string, an array of strings, an array of token ids or an array of token-id arrays:
+never empty, no empty string, at most 2048 items. `encoding_format` is `float` (the default) or
+`base64`: the embedding's float32 values, little-endian, base64-encoded, as OpenAI sends them (the
+openai SDK asks for base64 unless told otherwise, and decodes it).
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.checks import Validator, bad, choice, integer, parse_json, string, token_ids
+from gateway.errors import InvalidRequest
+
+MAX_INPUTS = 2048  # OpenAI: "any array must be 2048 dimensions or less"
+ENCODINGS = ("float", "base64")
+
+Json = dict[str, Any]
+
+
+@dataclass(slots=True)
+class EmbeddingRequest:
+    model: str
+    inputs: list[str] | list[list[int]]  # always a batch: one element for a single input
+    input_is_tokens: bool
+    encoding_format: str  # effective: "float" when absent
+    fields: dict[str, Any]  # every non-null field as sent (validated), unknown ones included
+    unknown: tuple[str, ...] = field(default=())
+
+    @property
+    def dimensions(self) -> int | None:
+        value = self.fields.get("dimensions")
+        return value if type(value) is int else None
+
+
+def _input(v: Any, name: str) -> Any:
+    if type(v) is str:
+        if not v:
+            raise bad(name, "a non-empty string", v)
+        return v
+    if type(v) is not list or not v:
+        raise bad(name, "a string or a non-empty array of strings or token ids", v)
+    if len(v) > MAX_INPUTS:
+        raise InvalidRequest(
+            f"'{name}' has {len(v)} items; at most {MAX_INPUTS} are allowed.", param=name
+        )
+    first = type(v[0])
+    if first is str:
+        for i, item in enumerate(v):
+            if type(item) is not str or not item:
+                raise bad(f"{name}[{i}]", "a non-empty string", item)
+    elif first is int:
+        token_ids(v, name)
+    elif first is list:
+        for i, item in enumerate(v):
+            if type(item) is not list or not item:
+                raise bad(f"{name}[{i}]", "a non-empty array of token ids", item)
+            token_ids(item, f"{name}[{i}]")
+    else:
+        raise bad(f"{name}[0]", "a string, a token id or an array of token ids", v[0])
+    return v
+
+
+FIELDS: Mapping[str, Validator] = {
+    "model": string,
+    "input": _input,
+    "encoding_format": choice(*ENCODINGS),
+    "dimensions": integer(1),
+    "user": string,
+}
+
+
+def parse_embedding(body: bytes) -> EmbeddingRequest:
+    return validate_embedding(parse_json(body))
+
+
+def validate_embedding(data: Mapping[str, Any]) -> EmbeddingRequest:
+    fields: dict[str, Any] = {}
+    unknown: list[str] = []
+    for name, value in data.items():
+        if value is None:
+            continue  # null means "the default"
+        check = FIELDS.get(name)
+        if check is None:
+            unknown.append(name)
+            fields[name] = value
+        else:
+            fields[name] = check(value, name)
+    for name in ("model", "input"):
+        if name not in fields:
+            raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
+    raw = fields["input"]
+    is_tokens = type(raw) is list and type(raw[0]) is not str
+    single = type(raw) is str or (is_tokens and type(raw[0]) is int)
+    return EmbeddingRequest(
+        model=fields["model"],
+        inputs=[raw] if single else raw,
+        input_is_tokens=is_tokens,
+        encoding_format=fields.get("encoding_format", "float"),
+        fields=fields,
+        unknown=tuple(unknown),
+    )
+
+
+# ---------------------------------------------------------------- the response
+
+
+def encode(vector: Sequence[float]) -> str:
+    """OpenAI's base64 form: float32 values, little-endian."""
+    packed = array("f", vector)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def decode(text: str) -> list[float]:
+    """The floats of OpenAI's base64 form."""
+    packed = array("f")
+    packed.frombytes(base64.b64decode(text))
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tolist()
+
+
+def document(vectors: Sequence[Any], usage: Json, model: str) -> Json:
+    """CreateEmbeddingResponse: one `embedding` per input, in input order."""
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)
+        ],
+        "model": model,
+        "usage": usage,
+    }

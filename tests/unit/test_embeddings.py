@@ -1,0 +1,148 @@
+"""The embeddings request (OpenAI's CreateEmbeddingRequest) and response pieces, and the
+`endpoint` of a model alias."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Any
+
+import pytest
+
+from gateway import config
+from gateway.auth import Authenticator
+from gateway.embeddings import decode, document, encode, validate_embedding
+from gateway.errors import ConfigError, InvalidRequest
+from gateway.routing import Router
+
+
+def parse(**fields: Any) -> Any:
+    return validate_embedding({"model": "e", "input": "hi", **fields})
+
+
+@pytest.mark.parametrize(
+    ("given", "inputs", "tokens"),
+    [
+        ("a b", ["a b"], False),
+        (["a", "b"], ["a", "b"], False),
+        ([1, 2, 3], [[1, 2, 3]], True),
+        ([[1], [2, 3]], [[1], [2, 3]], True),
+    ],
+    ids=["string", "strings", "token-ids", "token-id-arrays"],
+)
+def test_the_four_input_forms(given: Any, inputs: Any, tokens: bool) -> None:
+    req = parse(input=given)
+    assert (req.inputs, req.input_is_tokens) == (inputs, tokens)
+    assert req.encoding_format == "float" and req.dimensions is None
+
+
+def test_fields_as_given() -> None:
+    req = parse(encoding_format="base64", dimensions=8, user="u", extra_thing=1)
+    assert req.encoding_format == "base64" and req.dimensions == 8
+    assert req.unknown == ("extra_thing",)
+    assert parse(encoding_format=None).encoding_format == "float"  # null: the default
+
+
+BAD = [
+    ({"input": ""}, "input"),
+    ({"input": []}, "input"),
+    ({"input": ["a", ""]}, "input[1]"),
+    ({"input": ["a", 1]}, "input[1]"),
+    ({"input": [1, -2]}, "input[1]"),
+    ({"input": [1, "a"]}, "input[1]"),
+    ({"input": [[1], []]}, "input[1]"),
+    ({"input": [[1], [2, "x"]]}, "input[1][1]"),
+    ({"input": [1.5]}, "input[0]"),
+    ({"input": {"text": "a"}}, "input"),
+    ({"input": ["a"] * 2049}, "input"),
+    ({"encoding_format": "bytes"}, "encoding_format"),
+    ({"dimensions": 0}, "dimensions"),
+    ({"dimensions": "8"}, "dimensions"),
+    ({"user": 3}, "user"),
+    ({"model": 3}, "model"),
+]
+
+
+@pytest.mark.parametrize(("fields", "param"), BAD, ids=[b[1] + str(i) for i, b in enumerate(BAD)])
+def test_bad_input_names_the_parameter(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        parse(**fields)
+    assert exc.value.param == param and exc.value.status == 400
+
+
+@pytest.mark.parametrize("missing", ["model", "input"])
+def test_required(missing: str) -> None:
+    body = {"model": "e", "input": "x"}
+    del body[missing]
+    with pytest.raises(InvalidRequest) as exc:
+        validate_embedding(body)
+    assert exc.value.param == missing
+
+
+def test_base64_is_little_endian_float32() -> None:
+    values = [0.5, -1.25, 3.0e-8, 1234.5]
+    text = encode(values)
+    assert base64.b64decode(text) == struct.pack("<4f", *values)
+    assert decode(text) == [struct.unpack("<f", struct.pack("<f", v))[0] for v in values]
+
+
+def test_document() -> None:
+    usage = {"prompt_tokens": 2, "total_tokens": 2}
+    assert document([[0.5], "AAAAPw=="], usage, "e") == {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": 0, "embedding": [0.5]},
+            {"object": "embedding", "index": 1, "embedding": "AAAAPw=="},
+        ],
+        "model": "e",
+        "usage": usage,
+    }
+
+
+# ---------------------------------------------------------------- a model's endpoint
+
+CONFIG = """\
+auth:
+  keys: [{id: t, key: k}]
+providers:
+  p: {type: openai, base_url: 'http://p.invalid/v1'}
+models:
+  text: {targets: [{provider: p}]}
+  vectors: {endpoint: embeddings, defaults: {dimensions: 4}, targets: [{provider: p}]}
+"""
+
+
+def test_endpoint_of_an_alias() -> None:
+    cfg = config.parse(CONFIG)
+    assert (cfg.models["text"].endpoint, cfg.models["vectors"].endpoint) == (
+        "completions",
+        "embeddings",
+    )
+    router = Router(cfg)
+    who = Authenticator(cfg).authenticate({"authorization": "Bearer k"})
+    router.plan(who, "vectors", None, endpoint="embeddings")
+    router.plan(who, "text", None)
+    for alias, endpoint in (("vectors", "completions"), ("text", "embeddings")):
+        with pytest.raises(InvalidRequest) as exc:
+            router.plan(who, alias, None, endpoint=endpoint)
+        assert exc.value.param == "model" and exc.value.status == 400
+        assert f"POST /v1/{'embeddings' if alias == 'vectors' else 'completions'}" in str(
+            exc.value.message
+        )
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ("endpoint: chat, ", "models.vectors.endpoint"),
+        ("defaults: {dimensions: 0}, ", "models.vectors.defaults.dimensions"),
+        ("defaults: {temperature: 1}, ", "models.vectors.defaults.temperature"),
+    ],
+)
+def test_endpoint_config_errors(change: str, path: str) -> None:
+    text = CONFIG.replace("endpoint: embeddings, defaults: {dimensions: 4}, ", change)
+    if "endpoint" not in change:
+        text = text.replace("{" + change, "{endpoint: embeddings, " + change)
+    with pytest.raises(ConfigError) as exc:
+        config.parse(text)
+    assert exc.value.path == path
