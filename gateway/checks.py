@@ -89,6 +89,27 @@ def token_ids(v: list[Any], name: str) -> None:
             raise bad(f"{name}[{i}]", "a token id (integer >= 0)", t)
 
 
+def batch(v: list[Any], name: str, empty_strings: bool) -> None:
+    """A non-empty array of inputs in one of OpenAI's three array forms: strings, token ids (one
+    input), or arrays of token ids. `empty_strings`: whether "" is a valid string item."""
+    first = type(v[0])
+    if first is str:
+        for i, item in enumerate(v):
+            if type(item) is not str or (not item and not empty_strings):
+                raise bad(
+                    f"{name}[{i}]", "a string" if empty_strings else "a non-empty string", item
+                )
+    elif first is int:
+        token_ids(v, name)
+    elif first is list:
+        for i, item in enumerate(v):
+            if type(item) is not list or not item:
+                raise bad(f"{name}[{i}]", "a non-empty array of token ids", item)
+            token_ids(item, f"{name}[{i}]")
+    else:
+        raise bad(f"{name}[0]", "a string, a token id or an array of token ids", v[0])
+
+
 def parse_json(body: bytes) -> dict[str, Any]:
     try:
         data = orjson.loads(body)

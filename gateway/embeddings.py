@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.checks import Validator, bad, choice, integer, parse_json, string, token_ids
+from gateway.checks import Validator, bad, batch, choice, integer, parse_json, string
 from gateway.errors import InvalidRequest
 
 MAX_INPUTS = 2048  # OpenAI: "any array must be 2048 dimensions or less"
@@ -51,20 +51,7 @@ def _input(v: Any, name: str) -> Any:
         raise InvalidRequest(
             f"'{name}' has {len(v)} items; at most {MAX_INPUTS} are allowed.", param=name
         )
-    first = type(v[0])
-    if first is str:
-        for i, item in enumerate(v):
-            if type(item) is not str or not item:
-                raise bad(f"{name}[{i}]", "a non-empty string", item)
-    elif first is int:
-        token_ids(v, name)
-    elif first is list:
-        for i, item in enumerate(v):
-            if type(item) is not list or not item:
-                raise bad(f"{name}[{i}]", "a non-empty array of token ids", item)
-            token_ids(item, f"{name}[{i}]")
-    else:
-        raise bad(f"{name}[0]", "a string, a token id or an array of token ids", v[0])
+    batch(v, name, empty_strings=False)
     return v
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from gateway.checks import Validator, parse_json
+from gateway.checks import Validator, batch, parse_json
 from gateway.checks import bad as _bad
 from gateway.checks import boolean as _bool
 from gateway.checks import choice as _choice
@@ -71,20 +71,7 @@ def _prompt(v: Any, name: str) -> Any:
         return v
     if type(v) is not list or not v:
         raise _bad(name, "a string, an array of strings, or a non-empty array of token ids", v)
-    first = type(v[0])
-    if first is str:
-        for i, p in enumerate(v):
-            if type(p) is not str:
-                raise _bad(f"{name}[{i}]", "a string", p)
-    elif first is int:
-        _tokens(v, name)
-    elif first is list:
-        for i, p in enumerate(v):
-            if type(p) is not list or not p:
-                raise _bad(f"{name}[{i}]", "a non-empty array of token ids", p)
-            _tokens(p, f"{name}[{i}]")
-    else:
-        raise _bad(f"{name}[0]", "a string, a token id or an array of token ids", v[0])
+    batch(v, name, empty_strings=True)
     return v
 
 
