@@ -32,6 +32,8 @@ ANY = ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")
 EXACT = {
     "/v1/completions": (routes.completions, POST),
     "/completions": (routes.completions, POST),
+    "/v1/embeddings": (routes.embeddings, POST),
+    "/embeddings": (routes.embeddings, POST),
     "/v1/models": (routes.list_models, GET),
     "/livez": (routes.livez, GET),
     "/readyz": (routes.readyz, GET),

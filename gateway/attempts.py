@@ -24,7 +24,6 @@ from gateway.errors import (
 )
 from gateway.http import until_disconnect
 from gateway.routing import Plan
-from gateway.schemas import CompletionRequest, apply_defaults, apply_overrides
 from gateway.strategy import Group, Leaf, Node
 from providers.base import Prepared, Target
 
@@ -34,6 +33,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Call = Callable[[Target, Prepared], Coroutine[Any, Any, T]]
+# The request as a leaf's target gets it (its overrides and defaults applied, mapped by the
+# provider): what an attempt sends.
+Prepare = Callable[[Leaf, Target], Prepared]
 
 
 def error_kind(err: GatewayError) -> str:
@@ -47,13 +49,13 @@ def error_kind(err: GatewayError) -> str:
 
 
 class Attempts(Generic[T]):
-    __slots__ = ("_call", "ctx", "plan", "prepared", "req", "retries", "used", "waited")
+    __slots__ = ("_call", "_prepare", "ctx", "plan", "prepared", "retries", "used", "waited")
 
-    def __init__(self, ctx: Ctx, req: CompletionRequest, plan: Plan, call: Call[T]) -> None:
+    def __init__(self, ctx: Ctx, plan: Plan, call: Call[T], prepare: Prepare) -> None:
         self.ctx = ctx
-        self.req = req
         self.plan = plan
         self._call = call
+        self._prepare = prepare
         self.waited = 0.0  # all waits between tries so far (the retry policy's cap)
         self.used: Leaf | None = None  # the target tried last
         self.retries = 0  # retries of that target
@@ -153,13 +155,6 @@ class Attempts(Generic[T]):
     def _bounded(self, leaf: Leaf, target: Target, prepared: Prepared) -> Coroutine[Any, Any, T]:
         call = self._call(target, prepared)
         return call if leaf.request_s is None else _within(call, leaf.request_s)
-
-    def _prepare(self, leaf: Leaf, target: Target) -> Prepared:
-        req = self.req
-        if leaf.overrides:
-            req = apply_overrides(req, leaf.overrides, self.ctx.runtime.config.server.limits)
-        provider = self.ctx.runtime.providers[target.provider]
-        return provider.prepare(apply_defaults(req, target.defaults), target)
 
     def _skipped(self, target: Target, breaker: Breaker) -> CircuitOpen:
         self.ctx.runtime.metrics.skipped(target.provider)

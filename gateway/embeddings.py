@@ -13,7 +13,7 @@ import base64
 import sys
 from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.checks import Validator, bad, batch, choice, integer, parse_json, string
@@ -96,6 +96,15 @@ def validate_embedding(data: Mapping[str, Any]) -> EmbeddingRequest:
     )
 
 
+def embedding_defaults(req: EmbeddingRequest, defaults: Mapping[str, Any]) -> EmbeddingRequest:
+    """Model-level defaults fill only the fields the caller did not set."""
+    missing = {k: v for k, v in defaults.items() if k not in req.fields}
+    if not missing:
+        return req
+    fields = missing | req.fields
+    return replace(req, fields=fields, encoding_format=fields.get("encoding_format", "float"))
+
+
 # ---------------------------------------------------------------- the response
 
 
@@ -110,7 +119,7 @@ def encode(vector: Sequence[float]) -> str:
 def decode(text: str) -> list[float]:
     """The floats of OpenAI's base64 form."""
     packed = array("f")
-    packed.frombytes(base64.b64decode(text))
+    packed.frombytes(base64.b64decode(text, validate=True))
     if sys.byteorder != "little":
         packed.byteswap()
     return packed.tolist()

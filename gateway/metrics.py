@@ -32,7 +32,9 @@ from prometheus_client import (
 from gateway.circuits import STATE_NAMES
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-OPERATION = "text_completion"
+# The operation (OpenTelemetry's gen_ai.operation.name): which endpoint served the request.
+TEXT_COMPLETION = "text_completion"
+EMBEDDINGS = "embeddings"
 OTHER_MODEL = "other"
 RELOAD_RESULTS = {True: "ok", False: "error"}
 TASKS_HELP = "asyncio tasks alive in the process (single-worker mode only)."
@@ -51,11 +53,12 @@ GENAI_SERVER = ("gen_ai_request_model", "gen_ai_provider_name")
 # attribute: (type, name, help, labels, options). Counters gain `_total` when exposed.
 METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] = {
     "requests": (Counter, "gateway_requests",
-        "Completion requests answered, by final HTTP status (499: the caller left).",
-        ("model", "provider", "status", "stream"), {}),
+        "Inference requests answered (text_completion, embeddings), by final HTTP status "
+        "(499: the caller left).",
+        ("model", "provider", "status", "stream", "operation"), {}),
     "request_duration": (Histogram, "gateway_request_duration_seconds",
         "Whole request time in the gateway.",
-        ("model", "stream"), {"buckets": DURATION_BUCKETS}),
+        ("model", "stream", "operation"), {"buckets": DURATION_BUCKETS}),
     "overhead": (Histogram, "gateway_overhead_seconds",
         "Time in the gateway itself: the request's time minus the time waiting on providers.",
         ("model", "stream"), {"buckets": OVERHEAD_BUCKETS}),
@@ -86,7 +89,7 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
     "circuit_transitions": (Counter, "gateway_circuit_transitions",
         "Circuit breaker changes, by the state entered.",
         ("provider", "upstream_model", "state"), {}),
-    "inflight": (Gauge, "gateway_inflight_requests", "Completion requests being served.",
+    "inflight": (Gauge, "gateway_inflight_requests", "Inference requests being served.",
         (), {"multiprocess_mode": "livesum"}),
     "decisions": (Counter, "gateway_ratelimit_decisions",
         "Rate-limit decisions: allowed, rejected (429), unfit (400), open (backend down, "
@@ -113,9 +116,10 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
 
 @dataclass(slots=True)
 class RequestRecord:
-    """What one completion request did, filled in along its path and observed once at its end."""
+    """What one inference request did, filled in along its path and observed once at its end."""
 
     start: float  # perf_counter() at arrival
+    operation: str = TEXT_COMPLETION  # or EMBEDDINGS
     model: str = OTHER_MODEL  # the label: a configured alias, or `other`
     stream: bool = False
     provider: str = ""  # the provider that served it (last tried); "" if none was reached
@@ -133,6 +137,8 @@ class RequestRecord:
 
     @property
     def total_tokens(self) -> int | None:
+        if self.operation == EMBEDDINGS:  # an embedding has input tokens only
+            return self.prompt_tokens
         if self.prompt_tokens is None or self.completion_tokens is None:
             return None
         return self.prompt_tokens + self.completion_tokens
@@ -172,13 +178,14 @@ class Metrics:
         end = time.perf_counter() if end is None else end
         stream = "true" if rec.stream else "false"
         provider = rec.provider or "none"
-        self._child("requests", rec.model, provider, str(rec.status), stream).inc()
+        op = rec.operation
+        self._child("requests", rec.model, provider, str(rec.status), stream, op).inc()
         took = end - rec.start
-        self._child("request_duration", rec.model, stream).observe(took)
+        self._child("request_duration", rec.model, stream, op).observe(took)
         if not rec.provider:
             return
         self._child("overhead", rec.model, stream).observe(max(0.0, took - rec.upstream_s))
-        genai = (OPERATION, provider, rec.model)
+        genai = (op, provider, rec.model)
         self._child("operation", *genai, rec.error_type).observe(rec.upstream_s)
         self._tokens(rec, genai)
         if rec.first_token:

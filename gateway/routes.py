@@ -12,8 +12,10 @@ from typing import Any
 import orjson
 
 from gateway import serving
+from gateway.auth import Principal
 from gateway.config import portkey
 from gateway.config.portkey import PortkeyConfig
+from gateway.embeddings import parse_embedding
 from gateway.errors import (
     ConfigError,
     GatewayError,
@@ -33,7 +35,8 @@ from gateway.http import (
     send_bytes,
     send_error,
 )
-from gateway.metrics import RequestRecord
+from gateway.metrics import EMBEDDINGS, TEXT_COMPLETION, RequestRecord
+from gateway.ratelimit import Grant
 from gateway.runtime import Runtime
 from gateway.schemas import parse_completion
 
@@ -132,24 +135,39 @@ def _failed(ctx: Ctx, status: int, error_type: str) -> None:
 
 
 async def completions(ctx: Ctx, scope: Scope) -> None:
+    await _counted(ctx, scope, _completion, TEXT_COMPLETION)
+
+
+async def embeddings(ctx: Ctx, scope: Scope) -> None:
+    await _counted(ctx, scope, _embedding, EMBEDDINGS)
+
+
+Serve = Callable[[Ctx, Scope, Runtime, RequestRecord, bytes, Principal], Awaitable[None]]
+
+
+async def _counted(ctx: Ctx, scope: Scope, serve: Serve, operation: str) -> None:
+    """The part every inference endpoint shares: the request's record, the in-flight gauge,
+    the caller, the headers refused, the body."""
     rt = ctx.runtime
-    rec = ctx.record = RequestRecord(time.perf_counter())
+    rec = ctx.record = RequestRecord(time.perf_counter(), operation=operation)
     rt.metrics.inflight_add(1)
     try:
-        await _completion(ctx, scope, rt, rec)
+        principal = rt.auth.authenticate(ctx.headers)
+        for name in UNSUPPORTED_HEADERS:
+            if name in ctx.headers:
+                raise InvalidRequest(
+                    f"The header '{name}' is not supported by this gateway.", param=name
+                )
+        body = await read_body(ctx.headers, ctx.receive, rt.config.server.max_body_bytes)
+        await serve(ctx, scope, rt, rec, body, principal)
     finally:
         rt.metrics.inflight_add(-1)
 
 
-async def _completion(ctx: Ctx, scope: Scope, rt: Runtime, rec: RequestRecord) -> None:
-    principal = rt.auth.authenticate(ctx.headers)
-    for name in UNSUPPORTED_HEADERS:
-        if name in ctx.headers:
-            raise InvalidRequest(
-                f"The header '{name}' is not supported by this gateway.", param=name
-            )
+async def _completion(
+    ctx: Ctx, scope: Scope, rt: Runtime, rec: RequestRecord, body: bytes, principal: Principal
+) -> None:
     config = _portkey(rt, ctx.headers)
-    body = await read_body(ctx.headers, ctx.receive, rt.config.server.max_body_bytes)
     req = parse_completion(body, rt.config.server.limits)
     rec.model, rec.stream = rt.model_label(req.model), req.stream
     plan = rt.router.plan(principal, req.model, ctx.headers.get("x-portkey-virtual-key"), config)
@@ -158,11 +176,29 @@ async def _completion(ctx: Ctx, scope: Scope, rt: Runtime, rec: RequestRecord) -
     )
     ctx.out_headers = ctx.out_headers + grant.headers
     cid = "cmpl-" + scope["gateway.ids"].next()
+    serve = serving.serve_stream if req.stream else serving.serve_json
+    await _settled(ctx, grant, rec, serve(ctx, req, plan, cid))
+
+
+async def _embedding(
+    ctx: Ctx, scope: Scope, rt: Runtime, rec: RequestRecord, body: bytes, principal: Principal
+) -> None:
+    config = _portkey(rt, ctx.headers)
+    req = parse_embedding(body)
+    rec.model = rt.model_label(req.model)
+    virtual_key = ctx.headers.get("x-portkey-virtual-key")
+    plan = rt.router.plan(principal, req.model, virtual_key, config, endpoint=EMBEDDINGS)
+    grant = await rt.limiter.admit(
+        principal.key_id, req.model, rec.model, lambda: serving.embedding_reservation(rt, req, plan)
+    )
+    ctx.out_headers = ctx.out_headers + grant.headers
+    await _settled(ctx, grant, rec, serving.serve_embeddings(ctx, req, plan))
+
+
+async def _settled(ctx: Ctx, grant: Grant, rec: RequestRecord, serving: Awaitable[None]) -> None:
+    """Serve, then settle the rate limiter's reservation with what was used."""
     try:
-        if req.stream:
-            await serving.serve_stream(ctx, req, plan, cid)
-        else:
-            await serving.serve_json(ctx, req, plan, cid)
+        await serving
     except GatewayError:
         if not ctx.started:
             grant.settle(0)  # refused or failed before any output: nothing was generated

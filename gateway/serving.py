@@ -7,17 +7,24 @@ stream either completes or ends with an error event.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from gateway.attempts import Attempts, Call
+from gateway.attempts import Attempts, Call, Prepare
+from gateway.embeddings import (
+    EmbeddingRequest,
+    document,
+    embedding_defaults,
+    validate_embedding,
+)
 from gateway.http import JSON_HEADERS, SSE_HEADERS, RawHeaders, until_disconnect
 from gateway.metrics import RequestRecord
 from gateway.routing import Plan
-from gateway.schemas import CompletionRequest, apply_overrides
+from gateway.schemas import CompletionRequest, apply_defaults, apply_overrides
 from gateway.sse import Envelope, StreamResult, pump
+from gateway.strategy import Leaf
 from providers.base import Prepared, Target
 
 if TYPE_CHECKING:
@@ -43,19 +50,68 @@ def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> int:
     max_tokens = req.max_tokens
     if "max_tokens" not in req.fields:
         max_tokens = target.defaults.get("max_tokens", max_tokens)
-    if req.prompt_is_tokens:
-        prompt = sum(map(len, req.prompts))
-    else:
-        texts: list[str] = req.prompts  # type: ignore[assignment]
-        counted = rt.providers[target.provider].count_tokens(texts)
-        prompt = sum(counted if counted is not None else [-(-len(t.encode()) // 4) for t in texts])
+    prompt = input_tokens(rt, target, req.prompts, req.prompt_is_tokens)
     return prompt + max_tokens * req.n_prompts * max(req.n, req.best_of or 1)
 
 
-async def _run(ctx: Ctx, req: CompletionRequest, plan: Plan, call: Call[T]) -> tuple[T, Prepared]:
+def input_tokens(rt: Runtime, target: Target, inputs: Sequence[Any], is_tokens: bool) -> int:
+    """Prompt or input tokens: token ids as they are, texts by the serving provider's
+    tokenizer where the gateway has one, else 4 bytes a token."""
+    if is_tokens:
+        return sum(map(len, inputs))
+    counted = rt.providers[target.provider].count_tokens(inputs)
+    return sum(counted if counted is not None else [-(-len(t.encode()) // 4) for t in inputs])
+
+
+def completion_preparer(rt: Runtime, req: CompletionRequest) -> Prepare:
+    def prepare(leaf: Leaf, target: Target) -> Prepared:
+        mine = req
+        if leaf.overrides:
+            mine = apply_overrides(mine, leaf.overrides, rt.config.server.limits)
+        provider = rt.providers[target.provider]
+        return provider.prepare(apply_defaults(mine, target.defaults), target)
+
+    return prepare
+
+
+def embedding_preparer(rt: Runtime, req: EmbeddingRequest) -> Prepare:
+    def prepare(leaf: Leaf, target: Target) -> Prepared:
+        mine = req
+        if leaf.overrides:
+            mine = validate_embedding({**req.fields, **leaf.overrides})
+        provider = rt.providers[target.provider]
+        return provider.prepare_embedding(embedding_defaults(mine, target.defaults), target)
+
+    return prepare
+
+
+def embedding_reservation(rt: Runtime, req: EmbeddingRequest, plan: Plan) -> int:
+    """The tokens an embeddings request uses: its inputs, counted as prompts are."""
+    _, target = plan.first()
+    return input_tokens(rt, target, req.inputs, req.input_is_tokens)
+
+
+async def serve_embeddings(ctx: Ctx, req: EmbeddingRequest, plan: Plan) -> None:
+    providers = ctx.runtime.providers
+    out, headers = await _answer(
+        ctx, plan, lambda t, p: providers[t.provider].embed(p), embedding_preparer(ctx.runtime, req)
+    )
+    await ctx.respond(200, orjson.dumps(document(out["data"], out["usage"], req.model)), headers)
+
+
+async def _answer(
+    ctx: Ctx, plan: Plan, call: Call[dict[str, Any]], prepare: Prepare
+) -> tuple[dict[str, Any], RawHeaders]:
+    """A whole JSON answer, its usage recorded, and the headers it goes out with."""
+    out, prepared = await _run(ctx, plan, call, prepare)
+    ctx.record.use(out.get("usage"))  # type: ignore[union-attr]
+    return out, _headers(JSON_HEADERS, prepared)
+
+
+async def _run(ctx: Ctx, plan: Plan, call: Call[T], prepare: Prepare) -> tuple[T, Prepared]:
     """The plan's attempts; a Portkey config's requests learn what answered, and after how
     many retries (also when nothing did)."""
-    attempts = Attempts(ctx, req, plan, call)
+    attempts = Attempts(ctx, plan, call, prepare)
     try:
         result = await attempts.run()
     finally:
@@ -76,11 +132,13 @@ def portkey_headers(attempts: Attempts[Any]) -> RawHeaders:
 
 async def serve_json(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -> None:
     providers = ctx.runtime.providers
-    out, prepared = await _run(
-        ctx, req, plan, lambda target, prepared: providers[target.provider].complete(prepared)
+    out, headers = await _answer(
+        ctx,
+        plan,
+        lambda t, p: providers[t.provider].complete(p),
+        completion_preparer(ctx.runtime, req),
     )
-    ctx.record.use(out.get("usage"))  # type: ignore[union-attr]
-    await ctx.respond(200, orjson.dumps(_document(out, req, cid)), _headers(JSON_HEADERS, prepared))
+    await ctx.respond(200, orjson.dumps(_document(out, req, cid)), headers)
 
 
 def _document(out: dict[str, Any], req: CompletionRequest, cid: str) -> dict[str, Any]:
@@ -107,7 +165,7 @@ async def serve_stream(ctx: Ctx, req: CompletionRequest, plan: Plan, cid: str) -
         streams[:] = [batches]
         return await _first(batches)
 
-    first, prepared = await _run(ctx, req, plan, start)
+    first, prepared = await _run(ctx, plan, start, completion_preparer(ctx.runtime, req))
     await ctx.start_stream(_headers(SSE_HEADERS, prepared))
     await _pump(ctx, req, cid, first, streams[0], ctx.record)  # type: ignore[arg-type]
 

@@ -16,6 +16,9 @@ counts it. The gateway then stamps `id`, `object`, `created` and `model` (the ca
 * A choice (or delta) may also carry vLLM's extras, each only when not null: `stop_reason`
   (the stop string or token id that ended it), `prompt_logprobs` (vLLM's format),
   `prompt_token_ids` (a stream's first delta of the choice) and `token_ids`.
+* `embed()` returns `{"data": [one embedding per input, in input order], "usage":
+  {"prompt_tokens", "total_tokens"}}`, each embedding in the request's `encoding_format`: a list
+  of floats, or OpenAI's base64 of little-endian float32 values.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from gateway.embeddings import EmbeddingRequest
 from gateway.schemas import CompletionRequest
 from providers.params import Policy
 
@@ -56,9 +60,16 @@ class Prepared:
     """A request mapped for one target; `dropped` goes into the response header."""
 
     target: Target
-    request: CompletionRequest
+    request: CompletionRequest | EmbeddingRequest
     dropped: tuple[str, ...]
     state: Any = None  # the adapter's own (e.g. the upstream body)
+
+
+def completion_of(prepared: Prepared) -> CompletionRequest:
+    """The completion request a completion call was prepared from."""
+    request = prepared.request
+    assert isinstance(request, CompletionRequest)
+    return request
 
 
 class Provider(Protocol):
@@ -87,6 +98,13 @@ class Provider(Protocol):
     async def complete(self, prepared: Prepared) -> Json: ...
 
     def stream(self, prepared: Prepared) -> AsyncIterator[list[Json]]: ...
+
+    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared:
+        """As `prepare`, for embeddings; an InvalidRequest naming `model` if the target does
+        not serve them."""
+        ...
+
+    async def embed(self, prepared: Prepared) -> Json: ...
 
 
 class ProviderFactory(Protocol):

@@ -14,14 +14,17 @@ from typing import Any, ClassVar, TypeVar
 
 import orjson
 
+from gateway.embeddings import EmbeddingRequest
 from gateway.errors import ConfigError, ContextLengthExceeded, GatewayError, InvalidRequest
 from gateway.schemas import CompletionRequest
-from providers.base import Prepared, Target
+from providers.base import Prepared, Target, completion_of
 from providers.params import apply_rules
 
 from .client import UpstreamClient
 from .context import ContextGuard
 from .dialects import DIALECTS, DialectSpec
+from .embeddings import RULES as EMBEDDING_RULES
+from .embeddings import answer
 from .emulate import completion_room, select_best
 from .normalize import Shape, StreamNormalizer, choices, extras_for, finish
 from .settings import Settings, parse_settings
@@ -47,6 +50,15 @@ class Plan:
     check_context: bool  # "error" on an upstream that clamps: count the prompt first
 
 
+@dataclass(frozen=True, slots=True)
+class EmbeddingPlan:
+    """An embeddings request mapped for one target: `Prepared.state`."""
+
+    payload: bytes
+    count: int  # embeddings expected: one per input
+    encoding: str  # what the caller gets: "float" or "base64"
+
+
 class OpenAICompatProvider:
     type_tags: ClassVar[tuple[str, ...]] = (
         "openai",
@@ -59,6 +71,8 @@ class OpenAICompatProvider:
     def __init__(self, name: str, spec: DialectSpec, settings: Settings) -> None:
         self.name = name
         self.spec = spec
+        self._embedding_rules = EMBEDDING_RULES[spec.name]
+        self._embeddings_url = settings.base_url + "/embeddings"
         self._client = UpstreamClient(
             settings.url,
             settings.headers,
@@ -130,14 +144,33 @@ class OpenAICompatProvider:
         plan = Plan(body, orjson.dumps(body), shape, best_of, truncate, check_context)
         return Prepared(target, request, applied.dropped, plan)
 
+    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared:
+        applied = apply_rules(
+            self._embedding_rules,
+            request.fields,
+            target=target.label,
+            policy=target.unsupported_params,
+            skip=("model",),
+        )
+        body = applied.body
+        body["model"] = target.model
+        plan = EmbeddingPlan(orjson.dumps(body), len(request.inputs), request.encoding_format)
+        return Prepared(target, request, applied.dropped, plan)
+
     # ------------------------------------------------------------ serving
+
+    async def embed(self, prepared: Prepared) -> Json:
+        plan: EmbeddingPlan = prepared.state
+        target = prepared.target
+        body = await self._client.call_json("POST", self._embeddings_url, plan.payload, target)
+        return answer(body, plan.count, plan.encoding, target.label)
 
     async def complete(self, prepared: Prepared) -> Json:
         plan: Plan = prepared.state
         body = await self._send(prepared, self._client.post_json)
         picked = choices(body, plan.shape)
         if plan.best_of:
-            req = prepared.request
+            req = completion_of(prepared)
             picked = select_best(picked, plan.best_of, req.n, req.prompts, req.echo)
         return finish(body, picked, plan.shape)
 
@@ -167,7 +200,7 @@ class OpenAICompatProvider:
         plan: Plan = prepared.state
         target = prepared.target
         if plan.check_context and self._guard is not None:
-            req = prepared.request
+            req = completion_of(prepared)
             await self._guard.check(req.prompts, req.max_tokens, target)
         try:
             return await call(plan.payload, target)

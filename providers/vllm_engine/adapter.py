@@ -18,9 +18,10 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from gateway.embeddings import EmbeddingRequest
 from gateway.errors import GatewayError, InvalidRequest, UpstreamTimeout
 from gateway.schemas import CompletionRequest
-from providers.base import Prepared, Target
+from providers.base import Prepared, Target, completion_of
 from providers.params import apply_rules
 from providers.vllm_engine import beams, output
 from providers.vllm_engine.context import fit
@@ -146,6 +147,16 @@ class VllmEngineProvider:
         plan = Plan(body, fan, shape, truncate, beam)
         return Prepared(target, request, applied.dropped, plan)
 
+    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared:
+        raise InvalidRequest(
+            f"Target '{target.label}' is an in-process text-generation engine; it does not "
+            "serve embeddings.",
+            param="model",
+        )
+
+    async def embed(self, prepared: Prepared) -> Json:
+        raise AssertionError("prepare_embedding refuses every request")  # pragma: no cover
+
     # ------------------------------------------------------------ serving
 
     async def complete(self, prepared: Prepared) -> Json:
@@ -196,7 +207,7 @@ class VllmEngineProvider:
         """Render the prompts, fit them in the window and start one engine request per prompt
         (started lazily: nothing runs until the generators are iterated)."""
         plan: Plan = prepared.state
-        req = prepared.request
+        req = completion_of(prepared)
         if req.prompt_is_tokens:  # before rendering: a 400 naming the prompt, as vLLM's server
             for ids in req.prompts:
                 if isinstance(ids, list):

@@ -146,3 +146,82 @@ def test_endpoint_config_errors(change: str, path: str) -> None:
     with pytest.raises(ConfigError) as exc:
         config.parse(text)
     assert exc.value.path == path
+
+
+# ---------------------------------------------------------------- OpenAI-compatible upstreams
+
+TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible")
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_every_embeddings_field_has_a_row_in_every_dialect(tag: str) -> None:
+    from gateway.embeddings import FIELDS
+    from providers.openai_compat.embeddings import RULES
+    from providers.params import UNKNOWN
+
+    assert [name for name in (*FIELDS, UNKNOWN) if name not in RULES[tag]] == []
+
+
+def prepared_body(tag: str, policy: str = "reject", **fields: Any) -> dict[str, Any]:
+    import orjson
+
+    from providers.base import Target
+    from providers.openai_compat import OpenAICompatProvider
+
+    provider = OpenAICompatProvider.from_config(
+        "up", tag, {"type": tag, "base_url": "http://127.0.0.1:9/v1"}, "providers.up"
+    )
+    target = Target("alias", "up", "emb-x", 30.0, policy)  # type: ignore[arg-type]
+    prepared = provider.prepare_embedding(parse(**fields), target)
+    body: dict[str, Any] = orjson.loads(prepared.state.payload)
+    return body
+
+
+def test_prepared_bodies() -> None:
+    asked = {"input": ["a", "b"], "encoding_format": "base64", "dimensions": 4, "user": "u"}
+    assert prepared_body("openai", **asked) == {**asked, "model": "emb-x"}
+    assert prepared_body("vllm-server", **asked, truncate_prompt_tokens=3) == {
+        **asked,
+        "model": "emb-x",
+        "truncate_prompt_tokens": 3,
+    }
+    # Floats upstream where base64 is not known to be OpenAI's; the gateway encodes.
+    for tag in ("fireworks", "openai-compatible"):
+        assert "encoding_format" not in prepared_body(tag, **asked)
+    with pytest.raises(InvalidRequest) as exc:
+        prepared_body("openai", truncate_prompt_tokens=3)
+    assert exc.value.param == "truncate_prompt_tokens"
+    assert "truncate_prompt_tokens" not in prepared_body(
+        "fireworks", "drop", truncate_prompt_tokens=3
+    )
+
+
+def test_upstream_answers_in_the_callers_format() -> None:
+    from providers.openai_compat.embeddings import answer
+
+    floats = {"data": [{"index": 1, "embedding": [1.0]}, {"index": 0, "embedding": [0.5, 2]}]}
+    out = answer({**floats, "usage": {"prompt_tokens": 3, "total_tokens": 3}}, 2, "float", "t")
+    assert out == {"data": [[0.5, 2], [1.0]], "usage": {"prompt_tokens": 3, "total_tokens": 3}}
+    encoded = answer(floats, 2, "base64", "t")["data"]
+    assert [decode(v) for v in encoded] == [[0.5, 2.0], [1.0]]
+    back = {"data": [{"index": 0, "embedding": encode([0.25, -1.0])}]}
+    assert answer(back, 1, "float", "t")["data"] == [[0.25, -1.0]]
+    assert answer(back, 1, "float", "t")["usage"] == {"prompt_tokens": 0, "total_tokens": 0}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"data": [{"index": 0, "embedding": [1.0]}]},  # one of two
+        {"data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]},
+        {"data": [{"index": 0, "embedding": "%%%"}, {"index": 1, "embedding": [1.0]}]},
+        {"data": [{"index": 0, "embedding": {"x": 1}}, {"index": 1, "embedding": [1.0]}]},
+    ],
+)
+def test_bad_upstream_answers_are_upstream_errors(body: dict[str, Any]) -> None:
+    from gateway.errors import UpstreamError
+    from providers.openai_compat.embeddings import answer
+
+    with pytest.raises(UpstreamError):
+        answer(body, 2, "float", "t")

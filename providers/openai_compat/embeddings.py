@@ -1,0 +1,84 @@
+"""Embeddings through OpenAI-compatible upstreams: each dialect's parameter table for
+CreateEmbeddingRequest, and the upstream's answer in the canonical form (providers/base.py).
+
+`encoding_format` goes upstream where the upstream is known to send OpenAI's base64 (OpenAI,
+vLLM's server, whose default is float32 in the machine's byte order: little-endian on every
+platform it runs on); elsewhere the gateway asks for floats and encodes them itself. Either way
+the caller gets what it asked for: an answer in the other form is converted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from gateway.embeddings import decode, encode
+from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
+
+from .errors import bad_answer
+
+Json = dict[str, Any]
+
+OPENAI: Mapping[str, Rule] = MappingProxyType(
+    {
+        "model": passes(),
+        "input": passes(),
+        "encoding_format": passes(),
+        "dimensions": passes(1),
+        "user": passes(),
+        UNKNOWN: Rule(Action.REJECT, note="unknown to OpenAI's embeddings API"),
+    }
+)
+RULES: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
+    {
+        "openai": OPENAI,
+        # Fireworks documents floats only: the gateway encodes base64 itself.
+        "fireworks": derive(
+            OPENAI,
+            encoding_format=EMULATE,
+            **{UNKNOWN: Rule(Action.REJECT, note="Fireworks' embeddings API has no such field")},
+        ),
+        # vLLM's own extras (truncate_prompt_tokens, add_special_tokens, …) pass.
+        "vllm-server": derive(OPENAI, **{UNKNOWN: passes()}),
+        "openai-compatible": derive(OPENAI, encoding_format=EMULATE, **{UNKNOWN: passes()}),
+    }
+)
+
+
+def answer(body: Mapping[str, Any], count: int, encoding: str, label: str) -> Json:
+    """The canonical embeddings of an upstream's CreateEmbeddingResponse: `count` of them, in
+    input order, in `encoding` ("float" or "base64")."""
+    data = body.get("data")
+    if not isinstance(data, list) or len(data) != count:
+        raise bad_answer(label, f"an embeddings response without {count} embeddings")
+    ordered = sorted(data, key=_index)
+    if [_index(item) for item in ordered] != list(range(count)):
+        raise bad_answer(label, "embeddings whose indexes are not those of the inputs")
+    vectors = [_as(item.get("embedding"), encoding, label) for item in ordered]
+    return {"data": vectors, "usage": usage(body.get("usage"))}
+
+
+def _index(item: Any) -> int:
+    index = item.get("index") if isinstance(item, dict) else None
+    return index if type(index) is int else -1
+
+
+def _as(embedding: Any, encoding: str, label: str) -> Any:
+    if isinstance(embedding, str):
+        if encoding == "base64":
+            return embedding
+        try:
+            return decode(embedding)
+        except ValueError:  # not base64, or not whole float32 values
+            raise bad_answer(label, "an embedding that is not valid base64 float32") from None
+    if isinstance(embedding, list) and all(type(x) in (int, float) for x in embedding):
+        return encode(embedding) if encoding == "base64" else embedding
+    raise bad_answer(label, "an embedding that is neither a list of numbers nor base64")
+
+
+def usage(raw: Any) -> Json:
+    """OpenAI's embeddings usage: prompt tokens, and a total that equals them."""
+    prompt = raw.get("prompt_tokens") if isinstance(raw, dict) else None
+    prompt = prompt if type(prompt) is int and prompt >= 0 else 0
+    return {"prompt_tokens": prompt, "total_tokens": prompt}
