@@ -4,7 +4,8 @@
         [--host 127.0.0.1] [--api-key K] [--models a,b] [--context-window 2048]
         [--chunk-delay-ms 0]
 
-Serves POST `…/completions` (any prefix: /v1, /inference/v1, none), GET `/v1/models`,
+Serves POST `…/completions` and `…/embeddings` (any prefix: /v1, /inference/v1, none),
+GET `/v1/models`,
 `/v1/models/{id}` (also under /inference/v1), GET /health, and the test controls
 GET /__requests, POST /__reset, GET /__stats, POST /__script. See README.md.
 """
@@ -17,13 +18,14 @@ import contextlib
 import socket
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import orjson
 from aiohttp import web
 
+from . import embeddings as fake_embeddings
 from .control import get_model, health, list_models, requests_log, reset, script, stats
 from .dialect import Dialect
 from .dialect_fireworks import FireworksDialect
@@ -33,7 +35,7 @@ from .fakegen import CONTEXT_WINDOW
 from .magic import Magic, parse_magic
 from .render import Result, build
 from .state import STATE, ServerState, check_auth, dumps, error_response, loads
-from .validate import Params, prompt_texts
+from .validate import Params, input_texts, prompt_texts
 
 SLOW_CHUNKS = 600  # __slow_stream__: 600 chunks x 100 ms = 60 s
 SLOW_DELAY_S = 0.1
@@ -42,15 +44,49 @@ MODEL_PREFIXES = ("", "/v1", "/inference/v1")
 DIALECTS: dict[str, type[Dialect]] = {"openai": OpenAIDialect, "fireworks": FireworksDialect}
 
 
+# ----------------------------------------------------------------------------- embeddings
+
+
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    """`…/embeddings` (tests/upstreams/embeddings.py), with the same markers and script steps
+    as completions (delays, statuses, dropped connections)."""
+    return await logged(request, react_embeddings)
+
+
+async def react_embeddings(
+    request: web.Request, state: ServerState, body: Any, magic: Magic, seq: int
+) -> web.StreamResponse:
+    await misbehave(request, state, magic)
+    return web.json_response(fake_embeddings.answer(state.dialect.name, body), dumps=dumps)
+
+
+async def misbehave(request: web.Request, state: ServerState, magic: Magic) -> None:
+    """What the markers and script steps do before any answer: wait, drop the connection, or
+    fail with a status."""
+    if magic.sleep_ms:
+        await asyncio.sleep(magic.sleep_ms / 1000)
+    if magic.close or magic.reset:
+        drop_connection(request, reset=magic.reset)
+    fail_fast(state.dialect, magic)
+
+
 # ----------------------------------------------------------------------------- completions
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
+    return await logged(request, react)
+
+
+React = Callable[[web.Request, ServerState, Any, Magic, int], Awaitable[web.StreamResponse]]
+
+
+async def logged(request: web.Request, reply: React) -> web.StreamResponse:
+    """One request, logged with its outcome; `reply` answers it after auth and the script."""
     state = request.app[STATE]
     body = loads(await request.read())
     seq = state.record(request, body)
     try:
-        resp = await answer(request, state, body, seq)
+        resp = await answer(request, state, body, seq, reply)
     except UpstreamError as exc:
         state.finish(seq, "error")
         return error_response(exc)
@@ -65,15 +101,15 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 
 async def answer(
-    request: web.Request, state: ServerState, body: Any, seq: int
+    request: web.Request, state: ServerState, body: Any, seq: int, reply: React
 ) -> web.StreamResponse:
     check_auth(state, request)
-    magic = parse_magic(prompt_texts(body))
+    magic = parse_magic(prompt_texts(body) or input_texts(body))
     step = state.script.take()
     if step is not None:
         magic = step.as_magic(magic)
     try:
-        return await react(request, state, body, magic, seq)
+        return await reply(request, state, body, magic, seq)
     except UpstreamError as exc:
         exc.override_headers(magic.headers)
         raise
@@ -83,11 +119,7 @@ async def react(
     request: web.Request, state: ServerState, body: Any, magic: Magic, seq: int
 ) -> web.StreamResponse:
     """Everything after auth and the script step: the order of the README."""
-    if magic.sleep_ms:
-        await asyncio.sleep(magic.sleep_ms / 1000)
-    if magic.close or magic.reset:
-        return drop_connection(request, reset=magic.reset)
-    fail_fast(state.dialect, magic)
+    await misbehave(request, state, magic)
     params = state.dialect.parse(body, state.window)
     if state.strict_models and params.model not in state.models:
         raise state.dialect.model_not_found(params.model)
@@ -279,6 +311,7 @@ def create_app(state: ServerState) -> web.Application:
         app.router.add_get(f"{prefix}/models", list_models)
         app.router.add_get(f"{prefix}/models/{{model_id:.+}}", get_model)
     app.router.add_post("/{prefix:.*}completions", completions)
+    app.router.add_post("/{prefix:.*}embeddings", embeddings)
     return app
 
 

@@ -154,6 +154,12 @@ def prompt_texts(body: Any) -> list[str]:
     return []
 
 
+def input_texts(body: Any) -> list[str]:
+    """The text inputs of a raw embeddings body (for magic markers)."""
+    raw = body.get("input") if isinstance(body, dict) else None
+    return prompt_texts({"prompt": raw})
+
+
 def num_text(x: float | None) -> str:
     return str(int(x)) if x is not None and float(x).is_integer() else str(x)
 
