@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from providers import tiny_model
+from tests.e2e.metrics_text import scrape
 from tests.gateway_proc import GatewayProcess
 from tests.vllm_proc import VLLM_ENV, require_vllm
 
@@ -58,5 +58,6 @@ def test_the_default_key_is_rate_limited_and_counted(client: openai.OpenAI) -> N
     assert raw.headers["x-ratelimit-limit-requests"] == "300"
     assert raw.headers["x-ratelimit-limit-tokens"] == "200000"
     assert int(raw.headers["x-ratelimit-remaining-tokens"]) < 200000
-    metrics = httpx.get(str(client.base_url).removesuffix("/v1/") + "/metrics").text
-    assert 'gateway_requests_total{model="tiny-local",provider="local",status="200"' in metrics
+    metrics = scrape(str(client.base_url).removesuffix("/v1/"))
+    counted = {"model": "tiny-local", "provider": "local", "status": "200"}
+    assert metrics.value("gateway_requests_total", **counted, operation="text_completion") >= 1
