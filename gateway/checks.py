@@ -4,7 +4,7 @@ given or raises a 400 naming the field (`param`) and saying what was expected.""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -108,6 +108,28 @@ def batch(v: list[Any], name: str, empty_strings: bool) -> None:
             token_ids(item, f"{name}[{i}]")
     else:
         raise bad(f"{name}[0]", "a string, a token id or an array of token ids", v[0])
+
+
+def checked(
+    data: Mapping[str, Any], validators: Mapping[str, Validator], required: tuple[str, ...]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A request body's fields, each known one checked (null means "the default" and is left
+    out), and the names of the unknown ones, which are kept as sent."""
+    fields: dict[str, Any] = {}
+    unknown: list[str] = []
+    for name, value in data.items():
+        if value is None:
+            continue
+        check = validators.get(name)
+        if check is None:
+            unknown.append(name)
+            fields[name] = value
+        else:
+            fields[name] = check(value, name)
+    for name in required:
+        if name not in fields:
+            raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
+    return fields, tuple(unknown)
 
 
 def parse_json(body: bytes) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.checks import Validator, bad, batch, choice, integer, parse_json, string
+from gateway.checks import Validator, bad, batch, checked, choice, integer, parse_json, string
 from gateway.errors import InvalidRequest
 
 MAX_INPUTS = 2048  # OpenAI: "any array must be 2048 dimensions or less"
@@ -69,20 +69,7 @@ def parse_embedding(body: bytes) -> EmbeddingRequest:
 
 
 def validate_embedding(data: Mapping[str, Any]) -> EmbeddingRequest:
-    fields: dict[str, Any] = {}
-    unknown: list[str] = []
-    for name, value in data.items():
-        if value is None:
-            continue  # null means "the default"
-        check = FIELDS.get(name)
-        if check is None:
-            unknown.append(name)
-            fields[name] = value
-        else:
-            fields[name] = check(value, name)
-    for name in ("model", "input"):
-        if name not in fields:
-            raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
+    fields, unknown = checked(data, FIELDS, ("model", "input"))
     raw = fields["input"]
     is_tokens = type(raw) is list and type(raw[0]) is not str
     single = type(raw) is str or (is_tokens and type(raw[0]) is int)
@@ -92,7 +79,7 @@ def validate_embedding(data: Mapping[str, Any]) -> EmbeddingRequest:
         input_is_tokens=is_tokens,
         encoding_format=fields.get("encoding_format", "float"),
         fields=fields,
-        unknown=tuple(unknown),
+        unknown=unknown,
     )
 
 

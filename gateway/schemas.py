@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from gateway.checks import Validator, batch, parse_json
+from gateway.checks import Validator, batch, checked, parse_json
 from gateway.checks import bad as _bad
 from gateway.checks import boolean as _bool
 from gateway.checks import choice as _choice
@@ -259,22 +259,9 @@ def parse_completion(body: bytes, limits: RequestLimits) -> CompletionRequest:
 
 
 def validate_completion(data: dict[str, Any], limits: RequestLimits) -> CompletionRequest:
-    fields: dict[str, Any] = {}
-    unknown: list[str] = []
-    for name, value in data.items():
-        if value is None:
-            continue  # null means "the default", for every nullable OpenAI field
-        check = FIELDS.get(name)
-        if check is None:
-            unknown.append(name)
-            fields[name] = value
-        else:
-            fields[name] = check(value, name)
-    for name in ("model", "prompt"):
-        if name not in fields:
-            raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
+    fields, unknown = checked(data, FIELDS, ("model", "prompt"))
     _cross_checks(fields)
-    return _build(fields, tuple(unknown), limits)
+    return _build(fields, unknown, limits)
 
 
 def _cross_checks(f: Mapping[str, Any]) -> None:

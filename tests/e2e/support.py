@@ -21,6 +21,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,8 +30,9 @@ import yaml
 from openai import APIStatusError
 from openai.types import Completion
 
+from tests.gateway_proc import GatewayProcess
 from tests.upstreams.fakegen import WORDS, alternatives, expected_text, token_logprob
-from tests.upstreams.procs import FIREWORKS_TEST_KEY, OPENAI_TEST_KEY, ScriptedUpstream
+from tests.upstreams.procs import FIREWORKS_TEST_KEY, OPENAI_TEST_KEY, ScriptedUpstream, free_port
 
 POLL_DEADLINE_S = 10.0
 POLL_INTERVAL_S = 0.05
@@ -103,13 +105,7 @@ def gateway_config(openai_url: str, fireworks_url: str, dead_port: int) -> str:
             ]
         },
         "providers": {
-            "oai": {"type": "openai", "base_url": openai_url, "api_key": OPENAI_TEST_KEY},
-            "fw": {"type": "fireworks", "base_url": fireworks_url, "api_key": FIREWORKS_TEST_KEY},
-            "generic": {
-                "type": "openai-compatible",
-                "base_url": openai_url,
-                "api_key": OPENAI_TEST_KEY,
-            },
+            **scripted_providers(openai_url, fireworks_url, generic=True),
             "deadp": {
                 "type": "openai",
                 "base_url": f"http://127.0.0.1:{dead_port}/v1",
@@ -141,12 +137,30 @@ def gateway_config(openai_url: str, fireworks_url: str, dead_port: int) -> str:
     return yaml.dump(config, Dumper=_PlainDumper, sort_keys=False)
 
 
-def scripted_providers(openai_url: str, fireworks_url: str) -> dict[str, Any]:
-    """`oai` and `fw`: the scripted upstreams, for the suites with a gateway of their own."""
-    return {
+def scripted_providers(
+    openai_url: str, fireworks_url: str, *, generic: bool = False
+) -> dict[str, Any]:
+    """`oai` and `fw`: the scripted upstreams, and with `generic` the scripted OpenAI as an
+    openai-compatible server."""
+    providers: dict[str, Any] = {
         "oai": {"type": "openai", "base_url": openai_url, "api_key": OPENAI_TEST_KEY},
         "fw": {"type": "fireworks", "base_url": fireworks_url, "api_key": FIREWORKS_TEST_KEY},
     }
+    if generic:
+        providers["generic"] = {**providers["oai"], "type": "openai-compatible"}
+    return providers
+
+
+def scripted_gateway(
+    config: Callable[[str, str, int], str],
+    openai_server: ScriptedUpstream,
+    fireworks_server: ScriptedUpstream,
+    workdir: Path,
+) -> GatewayProcess:
+    """A gateway of a suite's own on the scripted upstreams (`config(openai_url, fireworks_url,
+    a dead port)`): use it as a context manager."""
+    text = config(openai_server.url, fireworks_server.url, free_port())
+    return GatewayProcess(text, workdir)
 
 
 class _PlainDumper(yaml.SafeDumper):

@@ -24,11 +24,12 @@ from tests.e2e.support import (
     auth,
     error_body,
     raw_stream,
+    scripted_gateway,
     scripted_providers,
 )
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.fakegen import expected_text
-from tests.upstreams.procs import ScriptedUpstream, free_port
+from tests.upstreams.procs import ScriptedUpstream
 
 PROMPT = "Say this is a test"
 QUICK = {"attempts": 1, "backoff_s": 0.02, "max_backoff_s": 0.05, "max_wait_s": 2}
@@ -92,8 +93,8 @@ def faults(
     scripted_fireworks_server: ScriptedUpstream,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Faults]:
-    text = config(scripted_openai_server.url, scripted_fireworks_server.url, free_port())
-    with GatewayProcess(text, tmp_path_factory.mktemp("gateway-faults")) as gw:
+    workdir = tmp_path_factory.mktemp("gateway-faults")
+    with scripted_gateway(config, scripted_openai_server, scripted_fireworks_server, workdir) as gw:
         f = Faults(gw, scripted_openai_server, scripted_fireworks_server)
         with f.sdk, f.http:
             yield f

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import struct
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,13 +15,11 @@ import pytest
 import yaml
 
 from tests.e2e.metrics_text import scrape
+from tests.e2e.support import scripted_gateway, scripted_providers
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.embeddings import tokens, vector
 from tests.upstreams.procs import (
-    FIREWORKS_TEST_KEY,
-    OPENAI_TEST_KEY,
     ScriptedUpstream,
-    free_port,
 )
 
 KEY = "sk-embed-e2e"
@@ -39,13 +36,7 @@ def config(openai_url: str, fireworks_url: str, dead_port: int) -> str:
         "server": {"host": "127.0.0.1"},
         "auth": {"keys": [{"id": "k", "key": KEY, "models": ["*"]}]},
         "providers": {
-            "oai": {"type": "openai", "base_url": openai_url, "api_key": OPENAI_TEST_KEY},
-            "fw": {"type": "fireworks", "base_url": fireworks_url, "api_key": FIREWORKS_TEST_KEY},
-            "generic": {
-                "type": "openai-compatible",
-                "base_url": openai_url,
-                "api_key": OPENAI_TEST_KEY,
-            },
+            **scripted_providers(openai_url, fireworks_url, generic=True),
             "dead": {"type": "openai", "base_url": f"http://127.0.0.1:{dead_port}/v1"},
         },
         "models": {
@@ -73,9 +64,8 @@ def gateway(
     scripted_fireworks_server: ScriptedUpstream,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[GatewayProcess]:
-    text = config(scripted_openai_server.url, scripted_fireworks_server.url, free_port())
-    workdir: Path = tmp_path_factory.mktemp("gateway-embeddings")
-    with GatewayProcess(text, workdir) as gw:
+    workdir = tmp_path_factory.mktemp("gateway-embeddings")
+    with scripted_gateway(config, scripted_openai_server, scripted_fireworks_server, workdir) as gw:
         yield gw
 
 
