@@ -16,7 +16,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.checks import Validator, bad, batch, checked, choice, integer, parse_json, string
+from gateway.checks import (
+    Validator,
+    bad,
+    batch,
+    boolean,
+    checked,
+    choice,
+    integer,
+    parse_json,
+    string,
+)
 from gateway.errors import InvalidRequest
 
 MAX_INPUTS = 2048  # OpenAI: "any array must be 2048 dimensions or less"
@@ -55,13 +65,23 @@ def _input(v: Any, name: str) -> Any:
     return v
 
 
-FIELDS: Mapping[str, Validator] = {
+OPENAI_FIELDS: Mapping[str, Validator] = {
     "model": string,
     "input": _input,
     "encoding_format": choice(*ENCODINGS),
     "dimensions": integer(1),
     "user": string,
 }
+# vLLM's own extras for embeddings (its EmbeddingCompletionRequest), checked as vLLM checks them;
+# upstreams that are not vLLM refuse them (their dialect rows).
+VLLM_FIELDS: Mapping[str, Validator] = {
+    "truncate_prompt_tokens": integer(-1),
+    "truncation_side": choice("left", "right"),
+    "add_special_tokens": boolean,
+    "use_activation": boolean,
+    "priority": integer(-(2**63), 2**63 - 1),
+}
+FIELDS: Mapping[str, Validator] = {**OPENAI_FIELDS, **VLLM_FIELDS}
 
 
 def parse_embedding(body: bytes) -> EmbeddingRequest:

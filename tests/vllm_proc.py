@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def require_vllm() -> None:
     pytest.fail(f"{reason}; {hint} (or set {SKIP_ENV}=1 to skip)", pytrace=False)
 
 
-def server_argv(model: Path, port: int) -> list[str]:
+def server_argv(model: Path, port: int, extra: Sequence[str] = ()) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -85,16 +86,22 @@ def server_argv(model: Path, port: int) -> list[str]:
         "float32",
         "--seed",
         "0",
+        *extra,
     ]
 
 
 class VllmServer(StopOnExit):
     """vLLM's OpenAI server on the tiny model; `.url` ends in /v1, the model is "tiny"."""
 
-    def __init__(self, model_dir: Path = MODEL_DIR, timeout: float = START_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        model_dir: Path = MODEL_DIR,
+        timeout: float = START_TIMEOUT_S,
+        extra: Sequence[str] = (),  # more command-line arguments (e.g. a pooling runner)
+    ) -> None:
         self.model = tiny_model.build(model_dir)
         self._server = start_on_free_port(
-            lambda port: server_argv(self.model, port),
+            lambda port: server_argv(self.model, port, extra),
             ready_path="/health",
             url_path="/v1",
             timeout=timeout,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gateway.embeddings import decode, encode
+from gateway.embeddings import VLLM_FIELDS, decode, encode
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
 
 from .errors import bad_answer
@@ -27,9 +27,11 @@ OPENAI: Mapping[str, Rule] = MappingProxyType(
         "encoding_format": passes(),
         "dimensions": passes(1),
         "user": passes(),
+        **{name: Rule(Action.REJECT, note="a vLLM extra") for name in VLLM_FIELDS},
         UNKNOWN: Rule(Action.REJECT, note="unknown to OpenAI's embeddings API"),
     }
 )
+VLLM_PASS = {name: passes() for name in (*VLLM_FIELDS, UNKNOWN)}
 RULES: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
     {
         "openai": OPENAI,
@@ -40,8 +42,8 @@ RULES: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
             **{UNKNOWN: Rule(Action.REJECT, note="Fireworks' embeddings API has no such field")},
         ),
         # vLLM's own extras (truncate_prompt_tokens, add_special_tokens, …) pass.
-        "vllm-server": derive(OPENAI, **{UNKNOWN: passes()}),
-        "openai-compatible": derive(OPENAI, encoding_format=EMULATE, **{UNKNOWN: passes()}),
+        "vllm-server": derive(OPENAI, **VLLM_PASS),
+        "openai-compatible": derive(OPENAI, encoding_format=EMULATE, **VLLM_PASS),
     }
 )
 
@@ -72,9 +74,19 @@ def _as(embedding: Any, encoding: str, label: str) -> Any:
             return decode(embedding)
         except ValueError:  # not base64, or not whole float32 values
             raise bad_answer(label, "an embedding that is not valid base64 float32") from None
-    if isinstance(embedding, list) and all(type(x) in (int, float) for x in embedding):
+    if isinstance(embedding, list) and _numbers(embedding):
         return encode(embedding) if encoding == "base64" else embedding
     raise bad_answer(label, "an embedding that is neither a list of numbers nor base64")
+
+
+def _numbers(values: list[Any]) -> bool:
+    """Whether every value is a number. `sum` checks in C (anything else raises TypeError): a
+    per-value Python loop costs more than parsing the whole batch's JSON."""
+    try:
+        sum(values)
+    except TypeError:
+        return False
+    return True
 
 
 def usage(raw: Any) -> Json:

@@ -1,4 +1,5 @@
-"""`VllmEngineProvider`: serves completions from an in-process vLLM engine (`type: vllm`).
+"""`VllmEngineProvider`: serves completions from an in-process vLLM engine (`type: vllm`), and
+embeddings when the engine runs a pooling model (`pooling`).
 
 A request goes as it would through vLLM's own OpenAI server, minus the hop: prompts rendered by
 the engine's renderer (its tokenizer, BOS as the server adds it), one engine request per prompt,
@@ -16,14 +17,14 @@ import secrets
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gateway.embeddings import EmbeddingRequest
 from gateway.errors import GatewayError, InvalidRequest, UpstreamTimeout
 from gateway.schemas import CompletionRequest
 from providers.base import Prepared, Target, completion_of
 from providers.params import apply_rules
-from providers.vllm_engine import beams, output
+from providers.vllm_engine import beams, output, pooling, requests
 from providers.vllm_engine.context import fit
 from providers.vllm_engine.engine import Engine
 from providers.vllm_engine.errors import engine_error
@@ -37,12 +38,20 @@ if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
 
 Json = dict[str, Any]
-T = TypeVar("T")
 # Fields the adapter reads from the validated request itself, whatever the rules say.
 SELF_SET = ("model", "prompt", "stream", "max_tokens", "n")
 CONTEXT = "context_length_exceeded_behavior"
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs
 LOGPROB_FIELDS = (("logprobs", "sample"), ("prompt_logprobs", "prompt"))  # vLLM's wording
+GENERATE = "generate"  # vLLM's task name for text generation
+# What a caller hears when the engine's model cannot do the endpoint's task.
+WRONG_TASK: Mapping[str, str] = {
+    GENERATE: "Target '{label}' runs a pooling (embedding) model: it serves POST /v1/embeddings, "
+    "not completions.",
+    pooling.TASK: "Target '{label}' runs a text-generation model: it does not serve embeddings. "
+    "An embedding model runs with engine_args {{runner: pooling}} (and {{convert: embed}} for a "
+    "generative checkpoint).",
+}
 
 
 def check_request(request: CompletionRequest, max_logprobs: int) -> None:
@@ -117,6 +126,7 @@ class VllmEngineProvider:
     # ------------------------------------------------------------ mapping
 
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
+        self._check_serves(GENERATE, target)
         check_request(request, self.max_logprobs)
         applied = apply_rules(
             RULES,
@@ -148,24 +158,46 @@ class VllmEngineProvider:
         return Prepared(target, request, applied.dropped, plan)
 
     def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared:
-        raise InvalidRequest(
-            f"Target '{target.label}' is an in-process text-generation engine; it does not "
-            "serve embeddings.",
-            param="model",
+        self._check_serves(pooling.TASK, target)
+        applied = apply_rules(
+            pooling.RULES,
+            request.fields,
+            target=target.label,
+            policy=target.unsupported_params,
+            skip=("model", "input"),
         )
+        if self.engine.ready():  # a refused `dimensions` comes out before any work
+            pooling.verified(applied.body, self.engine.llm.model_config)
+        plan = pooling.EmbedPlan(applied.body, request.encoding_format)
+        return Prepared(target, request, applied.dropped, plan)
 
-    async def embed(self, prepared: Prepared) -> Json:
-        raise AssertionError("prepare_embedding refuses every request")  # pragma: no cover
+    def _check_serves(self, task: str, target: Target) -> None:
+        """A 400 naming `model` when the engine runs a model that cannot do `task` (known once
+        it is up; until then the call waits for the engine, as every call does)."""
+        tasks = self.engine.tasks
+        if tasks and task not in tasks:
+            raise InvalidRequest(WRONG_TASK[task].format(label=target.label), param="model")
 
     # ------------------------------------------------------------ serving
 
+    async def embed(self, prepared: Prepared) -> Json:
+        llm = self.engine.llm
+        target = prepared.target
+        self._check_serves(pooling.TASK, target)
+        assert isinstance(prepared.request, EmbeddingRequest)
+        rid = f"{self._prefix}{next(self._count)}"
+        work = pooling.embed(llm, prepared.request, prepared.state, rid, target.label)
+        result: Json = await _guarded(work, target)
+        return result
+
     async def complete(self, prepared: Prepared) -> Json:
         llm = self.engine.llm
+        self._check_serves(GENERATE, prepared.target)
         label = prepared.target.label
         try:
             async with asyncio.timeout(prepared.target.timeout_s):
                 inputs, generators = await self._submit(llm, prepared, stream=False)
-                results = await _finals(generators)
+                results = await requests.finals(generators)
         except TimeoutError:
             raise _timeout(prepared.target) from None
         except GatewayError:
@@ -178,6 +210,7 @@ class VllmEngineProvider:
         llm = self.engine.llm
         plan: Plan = prepared.state
         target = prepared.target
+        self._check_serves(GENERATE, target)
         inputs, generators = await _guarded(self._submit(llm, prepared, stream=True), target)
         state = output.RequestStream(
             plan.shape,
@@ -187,7 +220,7 @@ class VllmEngineProvider:
             [_text(i) for i in inputs],
             copies=plan.fan.copies,
         )
-        merged = _merge(generators)
+        merged = requests.merge(generators)
         wait = target.first_byte_s or target.timeout_s  # the first output may wait longer
         async with aclosing(merged):
             while True:
@@ -213,7 +246,8 @@ class VllmEngineProvider:
                 if isinstance(ids, list):
                     llm.renderer.validate_token_ids(ids, parameter="prompt")
         window = llm.model_config.max_model_len
-        inputs = await render(llm, req.prompts, tokenize_params(plan.body, req, window))
+        tokenizing = requests.completion_tokenizing(plan.body, req, window)
+        inputs = await requests.render(llm, req.prompts, tokenizing)
         lengths = [len(i["prompt_token_ids"]) for i in inputs]
         budgets = fit(lengths, req.max_tokens, window, plan.truncate)
         rid = f"{self._prefix}{next(self._count)}"
@@ -234,55 +268,6 @@ class VllmEngineProvider:
             for i, (inp, budget) in enumerate(zip(inputs, budgets, strict=True))
         ]
         return inputs, generators
-
-
-def tokenize_params(body: Mapping[str, Any], req: CompletionRequest, window: int) -> Any:
-    """How vLLM's server tokenizes completion prompts (`CompletionRequest.build_tok_params`):
-    special tokens as asked, the prompt's text kept for echo, truncation as asked (-1: to the
-    window, less the one token generation needs). No length check: `fit` does it with OpenAI's
-    wording."""
-    from vllm.renderers.params import TokenizeParams
-
-    keep = body.get("truncate_prompt_tokens")
-    room = window - 1 if req.max_tokens else window
-    if keep == -1:
-        keep = room
-    elif keep is not None and keep > room:
-        raise InvalidRequest(
-            f"truncate_prompt_tokens={keep} cannot be greater than max_model_len = {room}. "
-            "Please request a smaller truncation size.",
-            param="truncate_prompt_tokens",
-        )
-    return TokenizeParams(
-        max_total_tokens=None,
-        add_special_tokens=body.get("add_special_tokens", True),
-        needs_detokenization=req.echo,
-        truncate_prompt_tokens=keep,
-        truncation_side=body.get("truncation_side"),
-    )
-
-
-async def render(llm: AsyncLLM, prompts: Sequence[Any], params: Any) -> list[Any]:
-    """Engine inputs as vLLM's server renders completion prompts (`tokenize_params`)."""
-    from vllm.renderers.inputs.preprocess import parse_model_prompt
-
-    parsed = [parse_model_prompt(llm.model_config, p) for p in prompts]
-    return list(await llm.renderer.render_cmpl_async(parsed, params))
-
-
-def _merge(generators: list[AsyncGenerator[T, None]]) -> AsyncGenerator[tuple[int, T], None]:
-    from vllm.utils.async_utils import merge_async_iterators
-
-    return merge_async_iterators(*generators)
-
-
-async def _finals(generators: list[AsyncGenerator[RequestOutput, None]]) -> list[RequestOutput]:
-    """The final output of each prompt's request, in prompt order."""
-    results: list[RequestOutput | None] = [None] * len(generators)
-    async with aclosing(_merge(generators)) as merged:
-        async for idx, result in merged:
-            results[idx] = result
-    return [r for r in results if r is not None]
 
 
 async def _guarded(step: Any, target: Target, seconds: float | None = None) -> Any:

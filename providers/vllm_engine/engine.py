@@ -48,6 +48,8 @@ class Engine:
         self._llm: AsyncLLM | None = None
         self._boot: asyncio.Task[None] | None = None
         self._failure: str | None = None
+        # What the running engine serves ("generate", or pooling tasks such as "embed").
+        self.tasks: frozenset[str] = frozenset()
 
     @property
     def llm(self) -> AsyncLLM:
@@ -81,7 +83,13 @@ class Engine:
             # Handed over through a box: the executor's futures must not keep the engine alive.
             box: list[AsyncLLM] = []
             await asyncio.to_thread(lambda: box.append(build_engine(self.settings)))
-            self._llm = box.pop()
+            llm = box.pop()
+            try:
+                self.tasks = frozenset(await llm.get_supported_tasks())
+            except BaseException:
+                llm.shutdown()
+                raise
+            self._llm = llm
             # As vLLM's own server does after start-up: the heap vLLM and torch just built is
             # static; frozen, full collections stop scanning it (pauses of hundreds of ms).
             gc.collect()
@@ -95,10 +103,11 @@ class Engine:
                 log.exception("provider %r: the vLLM engine failed to start", self.name)
             return
         log.info(
-            "provider %r: vLLM engine ready in %.1f s (max_model_len %d)",
+            "provider %r: vLLM engine ready in %.1f s (max_model_len %d, serves %s)",
             self.name,
             time.monotonic() - began,
             self._llm.model_config.max_model_len,
+            ", ".join(sorted(self.tasks)),
         )
 
     async def aclose(self) -> None:
@@ -134,6 +143,9 @@ def build_engine(settings: EngineSettings) -> AsyncLLM:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     args = AsyncEngineArgs(**engine_args(settings))  # an unknown argument: TypeError, named
+    if args.create_model_config().runner_type == "pooling":
+        # vLLM refuses logits processors on pooling models; Mirostat is for generation only.
+        args.logits_processors = None
     return AsyncLLM.from_engine_args(args)
 
 

@@ -412,6 +412,13 @@ def test_vllm_extras_refused_by_the_engine_name_the_field(
     assert caught.value.param == param
 
 
+def test_embeddings_on_a_generating_engine_are_refused(engine: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        engine.embeddings.create(model="tiny-embed", input="hi")
+    assert caught.value.param == "model"
+    assert "does not serve embeddings" in caught.value.message
+
+
 async def test_requests_without_mirostat_are_untouched(vllm_stack: Stack) -> None:
     """A Mirostat request batched with a plain one does not change the plain one's tokens."""
     kw: dict[str, Any] = {

@@ -10,6 +10,7 @@ Every alias has a target on each provider, so a test picks the path with the vir
     tiny        OpenAI's default: context overflow is an error
     tiny-trunc  context_length_exceeded_behavior: truncate
     tiny-fast   timeout_s 1 (engine timeouts)
+    tiny-embed  an embeddings alias on the (generating) engine: refused
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ models:
   tiny-fast:
     targets: [{{provider: server, model: tiny}}, {{provider: engine}}]
     timeout_s: 1
+  tiny-embed: {{endpoint: embeddings, targets: [{{provider: engine}}]}}
 """
 
 

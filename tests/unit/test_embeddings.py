@@ -217,6 +217,8 @@ def test_upstream_answers_in_the_callers_format() -> None:
         {"data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]},
         {"data": [{"index": 0, "embedding": "%%%"}, {"index": 1, "embedding": [1.0]}]},
         {"data": [{"index": 0, "embedding": {"x": 1}}, {"index": 1, "embedding": [1.0]}]},
+        {"data": [{"index": 0, "embedding": [1.0, None]}, {"index": 1, "embedding": [1.0]}]},
+        {"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [[1.0], "2"]}]},
     ],
 )
 def test_bad_upstream_answers_are_upstream_errors(body: dict[str, Any]) -> None:
