@@ -27,8 +27,10 @@ from pathlib import Path
 from run import (
     API_KEY,
     BENCH_DIR,
+    GATEWAY_MODELS,
     HOST,
     SCENARIOS,
+    STREAMING,
     BenchError,
     Processes,
     Run,
@@ -88,14 +90,13 @@ def start_redis(procs: Processes) -> str:
 
 def start_gateway(procs: Processes, name: str, mock: Target, redis_url: str, tmp: Path) -> Target:
     port = free_port()
-    mock_port = int(mock.url.split(":")[2].split("/")[0])
+    mock_port = int(mock.root.rsplit(":", 1)[1])
     path = tmp / f"{name}.yaml"
     path.write_text(config(port, mock_port, name, redis_url))
     template = "{python} -m gateway serve --config {config} --host {host} --port {port}"
     proc = procs.start(name, gateway_command(template, path, port))
     wait_ready(f"http://{HOST}:{port}/readyz", procs, name)
-    url = f"http://{HOST}:{port}/v1/completions"
-    return Target(name, url, "bench-model", f"Bearer {API_KEY}", proc.pid)
+    return Target(name, f"http://{HOST}:{port}", GATEWAY_MODELS, f"Bearer {API_KEY}", proc.pid)
 
 
 def bench(args: argparse.Namespace, tmp: Path) -> dict[str, list[Run]]:
@@ -106,8 +107,8 @@ def bench(args: argparse.Namespace, tmp: Path) -> dict[str, list[Run]]:
         redis_url = start_redis(procs)
         targets = [start_gateway(procs, name, mock, redis_url, tmp) for name in runs]
         for target in targets:
-            probe(target, stream=False, tmp=tmp)
-            probe(target, stream=True, tmp=tmp)
+            probe(target, THROUGHPUT, tmp)
+            probe(target, STREAMING, tmp)
         for target in targets:  # once: later rounds follow each other closely
             wrk(target, THROUGHPUT, args.warmup, tmp)
         for _ in range(args.rounds):

@@ -8,20 +8,25 @@ being the bottleneck of anything it is measured against.
     POST /v1/completions   JSON completion; with "stream": true an SSE stream of N chunks
                            (chunked transfer-encoding), a usage chunk when
                            stream_options.include_usage, then `data: [DONE]`
+    POST /v1/embeddings    one embedding per input (--dims floats each, as a list of numbers or
+                           OpenAI's base64 of little-endian float32 when asked)
     GET  /health           200
     GET  /v1/models        the one mock model
 
-Run: python bench/mock_upstream.py --port 9001 [--chunks 64]
+Run: python bench/mock_upstream.py --port 9001 [--chunks 64] [--dims 1536]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import itertools
 import json
+import math
 import socket
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +54,8 @@ COMPLETION_TOKENS = 16
 PROMPT_TOKENS = 5
 STREAM_TOKENS = (" This", " is", " a", " test", ".")
 MAX_CACHED_MODELS = 64
+TOKENS_PER_INPUT = 8
+DEFAULT_DIMS = 1536  # text-embedding-3-small
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,14 +152,48 @@ def chunked_stream_response(events: list[bytes]) -> bytes:
     return head + b"".join(parts) + b"0\r\n\r\n"
 
 
+def unit_vector(dims: int, seed: int) -> list[float]:
+    """A fixed unit vector of float32 values (as an embedding model answers)."""
+    raw = [math.sin(seed * 7.1 + i * 0.37) for i in range(dims)]
+    norm = math.sqrt(sum(x * x for x in raw))
+    return list(struct.unpack(f"<{dims}f", struct.pack(f"<{dims}f", *(x / norm for x in raw))))
+
+
+def embeddings_body(model: str, count: int, dims: int, as_base64: bool) -> bytes:
+    data = []
+    for i in range(count):
+        vector: Any = unit_vector(dims, i)
+        if as_base64:
+            vector = base64.b64encode(struct.pack(f"<{dims}f", *vector)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": vector})
+    tokens = TOKENS_PER_INPUT * count
+    answer = {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+    return http_response(200, dumps(answer))
+
+
 class Renderer:
     """Renders each response once per (model, kind); per request only the id is replaced."""
 
-    def __init__(self, chunks: int) -> None:
+    def __init__(self, chunks: int, dims: int = DEFAULT_DIMS) -> None:
         self.chunks = chunks
+        self.dims = dims
         self.created = int(time.time())
         self.cache: dict[tuple[str, str], bytes] = {}
         self.ids = itertools.count(1)
+
+    def embedding(self, model: str, count: int, as_base64: bool) -> bytes:
+        key = (model, f"embeddings-{count}-{'base64' if as_base64 else 'float'}")
+        answer = self.cache.get(key)
+        if answer is None:
+            answer = embeddings_body(model, count, self.dims, as_base64)
+            if len(self.cache) < MAX_CACHED_MODELS * 3:
+                self.cache[key] = answer
+        return answer
 
     def completion(self, model: str, stream: bool, include_usage: bool) -> bytes:
         kind = "stream+usage" if include_usage else "stream" if stream else "json"
@@ -275,35 +316,62 @@ class MockProtocol(asyncio.Protocol):
         self.transport = None
 
     def route(self, head: Head, body: bytes) -> bytes:
-        if head.path in (b"/v1/completions", b"/completions"):
+        handler = POSTS.get(head.path)
+        if handler is not None:
             if head.method != b"POST":
                 return error_response(405, "use POST")
-            return self.completions(body)
+            try:
+                request = loads(body)
+            except ValueError:
+                return error_response(400, "body is not valid JSON")
+            if not isinstance(request, dict):
+                return error_response(400, "body must be a JSON object")
+            return handler(self.renderer, request)
         if head.path in (b"/health", b"/v1/health"):
             return http_response(200, b'{"status":"ok"}')
         if head.path == b"/v1/models":
             return self.renderer.models()
         return error_response(404, f"no route {head.path.decode(errors='replace')}")
 
-    def completions(self, body: bytes) -> bytes:
-        try:
-            request = loads(body)
-        except ValueError:
-            return error_response(400, "body is not valid JSON")
-        if not isinstance(request, dict):
-            return error_response(400, "body must be a JSON object")
-        model = request.get("model")
-        model = model if isinstance(model, str) else "mock-model"
-        stream = request.get("stream") is True
-        options = request.get("stream_options")
-        wants_usage = isinstance(options, dict) and options.get("include_usage") is True
-        include_usage = stream and wants_usage
-        return self.renderer.completion(model, stream, include_usage)
+
+def completions(renderer: Renderer, request: dict[str, Any]) -> bytes:
+    model = request.get("model")
+    model = model if isinstance(model, str) else "mock-model"
+    stream = request.get("stream") is True
+    options = request.get("stream_options")
+    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    return renderer.completion(model, stream, stream and wants_usage)
 
 
-async def serve(host: str, port: int, chunks: int) -> None:
+def embeddings(renderer: Renderer, request: dict[str, Any]) -> bytes:
+    count = input_count(request.get("input"))
+    if count is None:
+        return error_response(400, "'input' must be a string, strings or token ids")
+    model = request.get("model")
+    model = model if isinstance(model, str) else "mock-embedding"
+    return renderer.embedding(model, count, request.get("encoding_format") == "base64")
+
+
+POSTS: dict[bytes, Callable[[Renderer, dict[str, Any]], bytes]] = {
+    b"/v1/completions": completions,
+    b"/completions": completions,
+    b"/v1/embeddings": embeddings,
+    b"/embeddings": embeddings,
+}
+
+
+def input_count(value: Any) -> int | None:
+    """How many embeddings an `input` asks for (OpenAI's four forms)."""
+    if isinstance(value, str):
+        return 1
+    if not isinstance(value, list) or not value:
+        return None
+    return 1 if isinstance(value[0], int) else len(value)
+
+
+async def serve(host: str, port: int, chunks: int, dims: int) -> None:
     loop = asyncio.get_running_loop()
-    renderer = Renderer(chunks)
+    renderer = Renderer(chunks, dims)
     server = await loop.create_server(
         lambda: MockProtocol(renderer), host, port, reuse_address=True, backlog=4096
     )
@@ -326,9 +394,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9001)
     parser.add_argument("--chunks", type=int, default=64, help="content chunks per stream")
+    parser.add_argument("--dims", type=int, default=DEFAULT_DIMS, help="floats per embedding")
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
-        run(lambda: serve(args.host, args.port, args.chunks))
+        run(lambda: serve(args.host, args.port, args.chunks, args.dims))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """The benchmark's yardstick: a bare Starlette + aiohttp pass-through, nothing else.
 
-No auth, validation, routing or normalization: it forwards the body to the upstream with one
-pooled aiohttp session and relays the answer (JSON, or the SSE bytes as they come). It runs
+No auth, validation, routing or normalization: it forwards the body of a POST to /v1/completions
+or /v1/embeddings to the same path upstream with one pooled aiohttp session and relays the
+answer (JSON, or the SSE bytes as they come). It runs
 under uvicorn with the gateway's own server options, so the difference between it and the
 gateway is the gateway's work, and the difference between it and direct is the floor that
 any Python ASGI + aiohttp proxy pays on the machine at hand.
 
-Run: python bench/passthrough.py --upstream http://127.0.0.1:9001/v1/completions --port 9002
+Run: python bench/passthrough.py --upstream http://127.0.0.1:9001 --port 9002
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ def create_app(upstream: str) -> Starlette:
         yield
         await sessions.pop().close()
 
-    async def completions(request: Request) -> Response:
+    async def forward(request: Request) -> Response:
         body = await request.body()
         headers = {"content-type": "application/json"}
-        resp = await sessions[0].post(upstream, data=body, headers=headers)
+        resp = await sessions[0].post(upstream + request.url.path, data=body, headers=headers)
         if resp.content_type != "text/event-stream":
             data = await resp.read()
             resp.release()
@@ -54,7 +55,8 @@ def create_app(upstream: str) -> Starlette:
         return PlainTextResponse("ok")
 
     routes = [
-        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/completions", forward, methods=["POST"]),
+        Route("/v1/embeddings", forward, methods=["POST"]),
         Route("/health", health),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
@@ -62,7 +64,7 @@ def create_app(upstream: str) -> Starlette:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="bare Starlette + aiohttp pass-through")
-    parser.add_argument("--upstream", required=True, help="the upstream completions URL")
+    parser.add_argument("--upstream", required=True, help="the upstream's root URL")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9002)
     args = parser.parse_args(argv)

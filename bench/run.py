@@ -7,6 +7,9 @@ on free ports, then for each scenario runs a warm-up and a measured wrk run agai
     latency     1 connection:   p50/p99; added latency = gateway - direct
     throughput  32 connections: requests/s and the ratio to direct
     streaming   8 connections, 64-chunk SSE streams: requests/s and p50
+    embeddings  8 connections, 16 inputs a request, 1536-dimension answers in base64 (the openai
+                SDK's default, passed through from an `openai` upstream): requests/s and p50
+    embeddings-float  the same with floats (parsed, checked and re-rendered by the gateway)
 
 Prints a markdown table, writes bench/results.json and checks the budgets (exit 1 on a failed
 budget with --check). A run with any socket error or HTTP status >= 400 fails the bench (exit 2).
@@ -49,6 +52,12 @@ DEFAULT_GATEWAY_CMD = (
 )
 READY_TIMEOUT_S = 60.0
 MIN_THROUGHPUT_RATIO = 0.12
+# Embeddings against the bare pass-through (the same bytes relayed with no checks): the work of
+# a gateway that reads, checks and re-renders every answer.
+MIN_EMBEDDINGS_VS_PASSTHROUGH = 0.5
+MOCK_MODELS = {"completions": "mock-model", "embeddings": "mock-embed"}
+GATEWAY_MODELS = {"completions": "bench-model", "embeddings": "bench-embed"}
+EMBED_INPUTS = tuple(f"The quick brown fox number {i} jumps over the lazy dog." for i in range(16))
 MAX_ADDED_P50_MS = 0.35
 BUSY_GATEWAY_CPU_PERCENT = 90.0
 
@@ -58,23 +67,31 @@ class Scenario:
     name: str
     threads: int
     connections: int
-    stream: bool
+    stream: bool = False
+    endpoint: str = "completions"  # POST /v1/<endpoint>
+    encoding: str = "float"  # embeddings' encoding_format
 
 
 SCENARIOS = (
-    Scenario("latency", threads=1, connections=1, stream=False),
-    Scenario("throughput", threads=2, connections=32, stream=False),
+    Scenario("latency", threads=1, connections=1),
+    Scenario("throughput", threads=2, connections=32),
     Scenario("streaming", threads=1, connections=8, stream=True),
+    Scenario("embeddings", threads=1, connections=8, endpoint="embeddings", encoding="base64"),
+    Scenario("embeddings-float", threads=1, connections=8, endpoint="embeddings"),
 )
+STREAMING = SCENARIOS[2]
 
 
 @dataclass(frozen=True)
 class Target:
     name: str
-    url: str
-    model: str
+    root: str  # http://host:port
+    models: dict[str, str]  # endpoint → the model to ask for there
     authorization: str
     pid: int
+
+    def url(self, endpoint: str) -> str:
+        return f"{self.root}/v1/{endpoint}"
 
 
 @dataclass
@@ -192,23 +209,23 @@ def cpu_seconds(pid: int) -> float:
 # ---------------------------------------------------------------- wrk
 
 
-def body_file(tmp: Path, model: str, stream: bool) -> Path:
-    body: dict[str, Any] = {
-        "model": model,
-        "prompt": "Say this is a test",
-        "max_tokens": 16,
-        "temperature": 0,
-    }
-    if stream:
+def body_file(tmp: Path, target: Target, scenario: Scenario) -> Path:
+    model = target.models[scenario.endpoint]
+    body: dict[str, Any] = {"model": model}
+    if scenario.endpoint == "embeddings":
+        body |= {"input": list(EMBED_INPUTS), "encoding_format": scenario.encoding}
+    else:
+        body |= {"prompt": "Say this is a test", "max_tokens": 16, "temperature": 0}
+    if scenario.stream:
         body["stream"] = True
-    path = tmp / f"body-{model}-{'stream' if stream else 'json'}.json"
+    path = tmp / f"body-{target.name}-{scenario.name}.json"
     path.write_text(json.dumps(body))
     return path
 
 
 def wrk(target: Target, scenario: Scenario, duration: int, tmp: Path) -> dict[str, Any]:
     env = dict(os.environ)
-    env["BENCH_BODY_FILE"] = str(body_file(tmp, target.model, scenario.stream))
+    env["BENCH_BODY_FILE"] = str(body_file(tmp, target, scenario))
     env["BENCH_AUTHORIZATION"] = target.authorization
     cmd = [
         "wrk",
@@ -220,7 +237,7 @@ def wrk(target: Target, scenario: Scenario, duration: int, tmp: Path) -> dict[st
         "10s",
         "-s",
         str(LUA_SCRIPT),
-        target.url,
+        target.url(scenario.endpoint),
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=duration + 60)
     for line in out.stdout.splitlines():
@@ -263,24 +280,30 @@ def to_run(raw: dict[str, Any], target: Target, scenario: Scenario, cpu: dict[st
 # ---------------------------------------------------------------- probes
 
 
-def probe(target: Target, stream: bool, tmp: Path) -> None:
+def probe(target: Target, scenario: Scenario, tmp: Path) -> None:
     """One request before the load, so a broken target fails with its own answer, not a count."""
-    body = body_file(tmp, target.model, stream).read_bytes()
+    body = body_file(tmp, target, scenario).read_bytes()
     headers = {"Content-Type": "application/json"}
     if target.authorization:
         headers["Authorization"] = target.authorization
-    request = urllib.request.Request(target.url, data=body, headers=headers, method="POST")
+    url = target.url(scenario.endpoint)
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             text = response.read().decode(errors="replace")
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
         raise BenchError(f"{target.name} probe: HTTP {exc.code}: {detail}") from exc
-    check_probe(target.name, text, stream)
+    check_probe(target.name, text, scenario)
 
 
-def check_probe(name: str, text: str, stream: bool) -> None:
-    if stream:
+def check_probe(name: str, text: str, scenario: Scenario) -> None:
+    if scenario.endpoint == "embeddings":
+        data = json.loads(text).get("data")
+        if not isinstance(data, list) or len(data) != len(EMBED_INPUTS):
+            raise BenchError(f"{name} embeddings probe: not {len(EMBED_INPUTS)} embeddings")
+        return
+    if scenario.stream:
         chunks = [line for line in text.splitlines() if line.startswith("data: {")]
         if not text.rstrip().endswith("data: [DONE]") or len(chunks) < 2:
             raise BenchError(f"{name} stream probe: unexpected body:\n{text[:2000]}")
@@ -313,7 +336,26 @@ def comparisons(runs: list[Run], target: str = "gateway") -> dict[str, dict[str,
     return out
 
 
-def budgets(compared: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+def budgets(compared: dict[str, dict[str, dict[str, float]]]) -> list[dict[str, Any]]:
+    checks = throughput_budgets(compared["gateway"])
+    gateway, passthrough = compared["gateway"], compared["passthrough"]
+    if "embeddings" in gateway and "embeddings" in passthrough:
+        ratio = (
+            gateway["embeddings"]["throughput_ratio"]
+            / passthrough["embeddings"]["throughput_ratio"]
+        )
+        checks.append(
+            {
+                "name": "embeddings (16 inputs, base64) at 8 connections, gateway / pass-through",
+                "value": f"{100 * ratio:.1f}%",
+                "budget": f">= {100 * MIN_EMBEDDINGS_VS_PASSTHROUGH:.0f}%",
+                "ok": ratio >= MIN_EMBEDDINGS_VS_PASSTHROUGH,
+            }
+        )
+    return checks
+
+
+def throughput_budgets(compared: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     checks = []
     if "throughput" in compared:
         ratio = compared["throughput"]["throughput_ratio"]
@@ -346,7 +388,7 @@ def versus(run: Run, compared: dict[str, dict[str, dict[str, float]]]) -> str:
     added = f"{c['added_p50_ms']:+.3f} ms p50, {c['added_p99_ms']:+.3f} ms p99"
     if run.scenario == "latency":
         return f"added {added}"
-    if run.scenario == "streaming":
+    if run.scenario != "throughput":
         return f"{ratio}; {c['added_p50_ms']:+.3f} ms p50"
     return ratio
 
@@ -420,8 +462,12 @@ def write_config(tmp: Path, gateway_port: int, mock_port: int) -> Path:
         f'    - {{id: bench, key: {API_KEY}, models: ["*"]}}\n'
         "providers:\n"
         f'  mock: {{type: openai-compatible, base_url: "http://{HOST}:{mock_port}/v1"}}\n'
+        f'  mock-openai: {{type: openai, base_url: "http://{HOST}:{mock_port}/v1"}}\n'
         "models:\n"
         "  bench-model: {targets: [{provider: mock, model: mock-model}]}\n"
+        "  bench-embed:\n"
+        "    endpoint: embeddings\n"
+        "    targets: [{provider: mock-openai, model: mock-embed}]\n"
     )
     return path
 
@@ -437,17 +483,16 @@ def start_mock(procs: Processes, chunks: int) -> Target:
     cmd = [sys.executable, script, "--host", HOST, "--port", str(port), "--chunks", str(chunks)]
     proc = procs.start("mock", cmd)
     wait_ready(f"http://{HOST}:{port}/health", procs, "mock")
-    return Target("direct", f"http://{HOST}:{port}/v1/completions", "mock-model", "", proc.pid)
+    return Target("direct", f"http://{HOST}:{port}", MOCK_MODELS, "", proc.pid)
 
 
 def start_passthrough(procs: Processes, mock: Target) -> Target:
     port = free_port()
     script = str(BENCH_DIR / "passthrough.py")
-    cmd = [sys.executable, script, "--upstream", mock.url, "--host", HOST, "--port", str(port)]
+    cmd = [sys.executable, script, "--upstream", mock.root, "--host", HOST, "--port", str(port)]
     proc = procs.start("passthrough", cmd)
     wait_ready(f"http://{HOST}:{port}/health", procs, "passthrough")
-    url = f"http://{HOST}:{port}/v1/completions"
-    return Target("passthrough", url, mock.model, "", proc.pid)
+    return Target("passthrough", f"http://{HOST}:{port}", MOCK_MODELS, "", proc.pid)
 
 
 def start_gateway(procs: Processes, template: str, mock_url: str, tmp: Path) -> Target:
@@ -457,8 +502,8 @@ def start_gateway(procs: Processes, template: str, mock_url: str, tmp: Path) -> 
     config = write_config(tmp, port, mock_port)
     proc = procs.start("gateway", gateway_command(template, config, port))
     wait_ready(f"http://{HOST}:{port}/readyz", procs, "gateway")
-    url = f"http://{HOST}:{port}/v1/completions"
-    return Target("gateway", url, "bench-model", f"Bearer {API_KEY}", proc.pid)
+    root = f"http://{HOST}:{port}"
+    return Target("gateway", root, GATEWAY_MODELS, f"Bearer {API_KEY}", proc.pid)
 
 
 @contextmanager
@@ -467,7 +512,7 @@ def servers(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[Target, ...]]
     procs = Processes(tmp)
     try:
         direct = start_mock(procs, args.chunks)
-        gateway = start_gateway(procs, args.gateway_cmd, direct.url, tmp)
+        gateway = start_gateway(procs, args.gateway_cmd, direct.root, tmp)
         yield direct, gateway, start_passthrough(procs, direct)
     finally:
         procs.close()
@@ -478,8 +523,8 @@ def bench(args: argparse.Namespace, tmp: Path) -> list[Run]:
     runs: list[Run] = []
     with servers(args, tmp) as targets:
         for target in targets:
-            probe(target, stream=False, tmp=tmp)
-            probe(target, stream=True, tmp=tmp)
+            for scenario in chosen:
+                probe(target, scenario, tmp)
         direct = targets[0]
         for scenario in chosen:
             for target in targets:
@@ -509,7 +554,7 @@ def run_one(
 def report(runs: list[Run], args: argparse.Namespace) -> int:
     env = environment(args)
     compared = {name: comparisons(runs, name) for name in ("gateway", "passthrough")}
-    checks = budgets(compared["gateway"])
+    checks = budgets(compared)
     failed_runs = [run for run in runs if run.error_count]
     print(markdown(runs, compared, env))
     print()
