@@ -86,13 +86,15 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy gateway providers deploy/grafana/dashboard.py
 
-# The gateway vs direct on a mock upstream, the rate limiters' cost (none, memory, redis), then
-# the in-process engine vs vLLM's own server.
+# The gateway vs direct on a mock upstream (completions and embeddings), the rate limiters' cost
+# (none, memory, redis), then the in-process engine vs vLLM's own server (completions, then
+# embeddings on a pooling model).
 bench: install
 	@./scripts/debs.sh $(BENCH_DEBS)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/limiter.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/engine_embeddings.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

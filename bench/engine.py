@@ -28,15 +28,16 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from run import HOST, BenchError, free_port
 
+R = TypeVar("R")
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 MODEL_DIR = ROOT / "models" / "tiny"
@@ -53,6 +54,7 @@ ENV = {
     "DO_NOT_TRACK": "1",
 }
 ENGINE_ARGS = {"max_model_len": 1024, "dtype": "float32", "enforce_eager": True, "seed": 0}
+POOLING_ARGS = {"runner": "pooling", "convert": "embed"}  # the same model as an embedder
 PROMPTS = (
     "Once upon a time",
     "The weather today is",
@@ -68,7 +70,7 @@ PROMPTS = (
 @dataclass(frozen=True)
 class Target:
     name: str
-    url: str  # .../v1/completions
+    url: str  # .../v1/completions (.../v1/embeddings for a pooling model)
     model: str
     headers: dict[str, str]
 
@@ -94,22 +96,27 @@ class Result:
 # ---------------------------------------------------------------- servers
 
 
-def server_command(port: int) -> list[str]:
+def server_command(port: int, pooling: bool) -> list[str]:
     return [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(MODEL_DIR), "--served-model-name", "tiny",
         "--host", HOST, "--port", str(port),
         "--max-model-len", "1024", "--dtype", "float32", "--enforce-eager", "--seed", "0",
+        *(("--runner", "pooling", "--convert", "embed") if pooling else ()),
     ]  # fmt: skip
 
 
-def gateway_config(tmp: Path) -> Path:
+def gateway_config(tmp: Path, pooling: bool) -> Path:
+    engine_args = ENGINE_ARGS | POOLING_ARGS if pooling else ENGINE_ARGS
+    alias: dict[str, Any] = {"targets": [{"provider": "engine"}], "timeout_s": 600}
+    if pooling:
+        alias["endpoint"] = "embeddings"
     config = {
         "auth": {"keys": [{"id": "bench", "key": KEY, "models": ["*"]}]},
         "providers": {
-            "engine": {"type": "vllm", "model": str(MODEL_DIR), "engine_args": ENGINE_ARGS}
+            "engine": {"type": "vllm", "model": str(MODEL_DIR), "engine_args": engine_args}
         },
-        "models": {"tiny": {"targets": [{"provider": "engine"}], "timeout_s": 600}},
+        "models": {"tiny": alias},
     }
     path = tmp / "gateway.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
@@ -117,14 +124,17 @@ def gateway_config(tmp: Path) -> Path:
 
 
 @contextmanager
-def serving(name: str, tmp: Path) -> Iterator[Target]:
+def serving(name: str, tmp: Path, pooling: bool = False) -> Iterator[Target]:
     """One target at a time: two CPU engines side by side would bind their workers to the same
     core and spin against each other (vLLM's default OpenMP binding), which is noise. Started
     in the bench's own session: in sessions of their own (setsid) both targets showed
     multi-second stalls on these machines."""
     os.environ.update(ENV)
     port = free_port()
-    command = server_command(port) if name == SERVER else gateway_command(tmp, port)
+    if name == SERVER:
+        command = server_command(port, pooling)
+    else:
+        command = gateway_command(tmp, port, pooling)
     ready = f"http://{HOST}:{port}" + ("/health" if name == SERVER else "/readyz")
     log_path = tmp / f"{name}.log"
     with log_path.open("wb") as log:
@@ -132,7 +142,8 @@ def serving(name: str, tmp: Path) -> Iterator[Target]:
     try:
         wait_up(proc, ready, log_path)
         auth = {"Authorization": f"Bearer {KEY}"} if name == GATEWAY else {}
-        yield Target(name, f"http://{HOST}:{port}/v1/completions", "tiny", auth)
+        endpoint = "embeddings" if pooling else "completions"
+        yield Target(name, f"http://{HOST}:{port}/v1/{endpoint}", "tiny", auth)
     finally:
         stop(proc)
 
@@ -194,9 +205,9 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def gateway_command(tmp: Path, port: int) -> list[str]:
+def gateway_command(tmp: Path, port: int, pooling: bool) -> list[str]:
     return [
-        sys.executable, "-m", "gateway", "serve", "--config", str(gateway_config(tmp)),
+        sys.executable, "-m", "gateway", "serve", "--config", str(gateway_config(tmp, pooling)),
         "--host", HOST, "--port", str(port), "--log-level", "warning",
     ]  # fmt: skip
 
@@ -299,12 +310,8 @@ def report(results: list[Result], args: argparse.Namespace) -> int:
         "max_tokens": args.max_tokens,
         "results": table,
         "runs": [asdict(r) for r in results],
-        "failures": failures,
     }
-    args.output.write_text(json.dumps(output, indent=2) + "\n")
-    for failure in failures:
-        print(f"budget missed: {failure}", file=sys.stderr)
-    return 1 if failures and args.check else 0
+    return write_report(args.output, output, failures, args.check)
 
 
 async def settle(idle: float = 0.8, window_s: float = 1.0, timeout_s: float = 90.0) -> None:
@@ -337,16 +344,55 @@ async def measure(target: Target, rnd: int, args: argparse.Namespace) -> list[Re
     return results
 
 
-def bench(args: argparse.Namespace, tmp: Path) -> list[Result]:
-    results: list[Result] = []
-    for rnd in range(args.rounds):
+def alternate(
+    rounds: int,
+    tmp: Path,
+    pooling: bool,
+    work: Callable[[Target, int], Coroutine[Any, Any, list[R]]],
+) -> list[R]:
+    """`work` on each target in each round, one target running at a time, the order
+    alternating from round to round."""
+    results: list[R] = []
+    for rnd in range(rounds):
         for name in (SERVER, GATEWAY) if rnd % 2 == 0 else (GATEWAY, SERVER):
-            with serving(name, tmp) as target:
-                if args.hold:
-                    print(target.name, target.url, flush=True)
-                    time.sleep(3600)
-                results.extend(asyncio.run(measure(target, rnd, args)))
+            with serving(name, tmp, pooling) as target:
+                results.extend(asyncio.run(work(target, rnd)))
     return results
+
+
+def bench(args: argparse.Namespace, tmp: Path) -> list[Result]:
+    async def work(target: Target, rnd: int) -> list[Result]:
+        if args.hold:
+            print(target.name, target.url, flush=True)
+            await asyncio.sleep(3600)
+        return await measure(target, rnd, args)
+
+    return alternate(args.rounds, tmp, False, work)
+
+
+def run_bench(
+    prefix: str, work: Callable[[Path], list[R]], report: Callable[[list[R]], int]
+) -> int:
+    """Builds the tiny model, runs `work` in a temporary directory and reports; 2 when the
+    bench could not measure."""
+    from providers import tiny_model
+
+    tiny_model.build(MODEL_DIR)
+    try:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            results = work(Path(tmp))
+    except BenchError as exc:
+        print(f"bench failed: {exc}", file=sys.stderr)
+        return 2
+    return report(results)
+
+
+def write_report(path: Path, output: dict[str, Any], failures: list[str], check: bool) -> int:
+    """Writes the results; prints the missed budgets; 1 for them with --check."""
+    path.write_text(json.dumps({**output, "failures": failures}, indent=2) + "\n")
+    for failure in failures:
+        print(f"budget missed: {failure}", file=sys.stderr)
+    return 1 if failures and check else 0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -362,16 +408,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from providers import tiny_model
-
-    tiny_model.build(MODEL_DIR)
-    try:
-        with tempfile.TemporaryDirectory(prefix="engine-bench-") as tmp:
-            results = bench(args, Path(tmp))
-    except BenchError as exc:
-        print(f"bench failed: {exc}", file=sys.stderr)
-        return 2
-    return report(results, args)
+    return run_bench(
+        "engine-bench-", lambda tmp: bench(args, tmp), lambda results: report(results, args)
+    )
 
 
 if __name__ == "__main__":

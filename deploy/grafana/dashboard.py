@@ -64,9 +64,9 @@ ROWS: list[tuple[str, list[tuple[str, str, str, int, list[tuple[str, str]]]]]] =
            f"/ sum by (model) (rate(gateway_requests_total{{{MODEL}}}[{RI}]))", "{{model}} 4xx")]),
         ("Requests in progress by pod", "timeseries", "short", 12,
          [(f"sum by (instance) (gateway_inflight_requests{{{SEL}}})", "{{instance}}")]),
-        ("Streams vs whole answers", "timeseries", "reqps", 12,
-         [(f"sum by (stream) (rate(gateway_requests_total{{{MODEL}}}[{RI}]))",
-           "stream={{stream}}")]),
+        ("Requests/s by operation, streams vs whole answers", "timeseries", "reqps", 12,
+         [(f"sum by (operation, stream) (rate(gateway_requests_total{{{MODEL}}}[{RI}]))",
+           "{{operation}} stream={{stream}}")]),
     ]),
     ("Latency", [
         ("Request time", "timeseries", "s", 12,
