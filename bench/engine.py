@@ -77,20 +77,38 @@ class Target:
 
 @dataclass
 class Result:
+    """One run of one target: `amount` (tokens, or requests) in `seconds`, and a latency per
+    request (time to first token, or the whole request)."""
+
     target: str
-    streams: int
+    concurrency: int  # streams, or clients
     round: int
-    tokens: int
+    amount: int
     seconds: float
-    ttft_ms: list[float]
+    latency_ms: list[float]
 
     @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds
+    def rate(self) -> float:
+        return self.amount / self.seconds
 
     @property
-    def ttft_p50_ms(self) -> float:
-        return statistics.median(self.ttft_ms)
+    def p50_ms(self) -> float:
+        return statistics.median(self.latency_ms)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """How a bench names what it measures: the table's headers and the results' keys."""
+
+    concurrency: str  # "streams"
+    rate: str  # "tokens/s"
+    rate_key: str  # "tokens_per_s"
+    latency: str  # "TTFT p50 ms"
+    latency_key: str  # "ttft_p50_ms"
+    short_latency: str  # "TTFT", in the comparison column
+
+
+COLUMNS = Columns("streams", "tokens/s", "tokens_per_s", "TTFT p50 ms", "ttft_p50_ms", "TTFT")
 
 
 # ---------------------------------------------------------------- servers
@@ -271,40 +289,49 @@ async def run_load(target: Target, streams: int, per_stream: int, max_tokens: in
 # ---------------------------------------------------------------- report
 
 
-def summary(results: list[Result], name: str, streams: int) -> dict[str, float]:
-    mine = [r for r in results if r.target == name and r.streams == streams]
-    return {
-        "tokens_per_s": statistics.median(r.tokens_per_s for r in mine),
-        "ttft_p50_ms": statistics.median(r.ttft_p50_ms for r in mine),
-    }
+def summary(results: list[Result], name: str, concurrency: int) -> tuple[float, float]:
+    """The median over rounds of a target's rate and p50 latency at one concurrency."""
+    mine = [r for r in results if r.target == name and r.concurrency == concurrency]
+    return statistics.median(r.rate for r in mine), statistics.median(r.p50_ms for r in mine)
+
+
+def compare(
+    results: list[Result], columns: Columns
+) -> tuple[dict[str, Any], dict[int, tuple[float, float]]]:
+    """Prints the table of the gateway against the server at each concurrency; returns the
+    medians by concurrency and target, and (rate ratio, added p50 ms) by concurrency."""
+    c = columns
+    rows = [
+        f"| {c.concurrency} | target | {c.rate} | {c.latency} | vs vLLM server |",
+        "|---|---|---:|---:|---|",
+    ]
+    table: dict[str, Any] = {}
+    deltas: dict[int, tuple[float, float]] = {}
+    for level in sorted({r.concurrency for r in results}):
+        medians = {name: summary(results, name, level) for name in (SERVER, GATEWAY)}
+        table[str(level)] = {
+            name: {c.rate_key: rate, c.latency_key: p50} for name, (rate, p50) in medians.items()
+        }
+        (server_rate, server_p50), (rate, p50) = medians[SERVER], medians[GATEWAY]
+        deltas[level] = (rate / server_rate, p50 - server_p50)
+        ratio, added = deltas[level]
+        rows.append(f"| {level} | vLLM server | {server_rate:,.1f} | {server_p50:.1f} | |")
+        rows.append(
+            f"| {level} | gateway (in-process engine) | {rate:,.1f} | {p50:.1f} | "
+            f"{ratio:.2f}x {c.rate}, {c.short_latency} {added:+.1f} ms |"
+        )
+    print("\n".join(rows))
+    return table, deltas
 
 
 def report(results: list[Result], args: argparse.Namespace) -> int:
-    rows = [
-        "| streams | target | tokens/s | TTFT p50 ms | vs vLLM server |",
-        "|---|---|---:|---:|---|",
-    ]
+    table, deltas = compare(results, COLUMNS)
     failures: list[str] = []
-    table: dict[str, Any] = {}
-    for streams in (1, 8):
-        server = summary(results, SERVER, streams)
-        gateway = summary(results, GATEWAY, streams)
-        table[str(streams)] = {SERVER: server, GATEWAY: gateway}
-        ratio = gateway["tokens_per_s"] / server["tokens_per_s"]
-        ttft = gateway["ttft_p50_ms"] - server["ttft_p50_ms"]
-        rows.append(
-            f"| {streams} | vLLM server | {server['tokens_per_s']:,.0f} | "
-            f"{server['ttft_p50_ms']:.1f} | |"
-        )
-        rows.append(
-            f"| {streams} | gateway (in-process engine) | {gateway['tokens_per_s']:,.0f} | "
-            f"{gateway['ttft_p50_ms']:.1f} | {ratio:.2f}x tokens/s, TTFT {ttft:+.1f} ms |"
-        )
+    for streams, (ratio, ttft) in deltas.items():
         if ratio < 1.0:
             failures.append(f"{streams} streams: tokens/s {ratio:.2f}x the server's (budget >= 1)")
         if ttft > 0:
             failures.append(f"{streams} streams: TTFT p50 {ttft:+.1f} ms over the server's")
-    print("\n".join(rows))
     output = {
         "rounds": args.rounds,
         "max_tokens": args.max_tokens,

@@ -17,15 +17,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from engine import GATEWAY, SERVER, Target, alternate, run_bench, settle, write_report
+from engine import (
+    Columns,
+    Result,
+    Target,
+    alternate,
+    compare,
+    run_bench,
+    settle,
+    write_report,
+)
 from run import BenchError
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -33,22 +41,7 @@ BATCH = 16
 CLIENTS = (1, 8)
 
 
-@dataclass
-class Result:
-    target: str
-    clients: int
-    round: int
-    requests: int
-    seconds: float
-    latency_ms: list[float]
-
-    @property
-    def requests_per_s(self) -> float:
-        return self.requests / self.seconds
-
-    @property
-    def p50_ms(self) -> float:
-        return statistics.median(self.latency_ms)
+COLUMNS = Columns("clients", f"req/s ({BATCH} inputs)", "requests_per_s", "p50 ms", "p50_ms", "p50")
 
 
 def body(i: int) -> dict[str, Any]:
@@ -99,38 +92,13 @@ def bench(args: argparse.Namespace, tmp: Path) -> list[Result]:
     return alternate(args.rounds, tmp, True, lambda target, rnd: measure(target, rnd, args))
 
 
-def summary(results: list[Result], name: str, clients: int) -> dict[str, float]:
-    mine = [r for r in results if r.target == name and r.clients == clients]
-    return {
-        "requests_per_s": statistics.median(r.requests_per_s for r in mine),
-        "p50_ms": statistics.median(r.p50_ms for r in mine),
-    }
-
-
 def report(results: list[Result], args: argparse.Namespace) -> int:
-    rows = [
-        f"| clients | target | req/s ({BATCH} inputs) | p50 ms | vs vLLM server |",
-        "|---|---|---:|---:|---|",
+    table, deltas = compare(results, COLUMNS)
+    failures = [
+        f"{clients} clients: req/s {ratio:.2f}x the server's (budget >= 1)"
+        for clients, (ratio, _) in deltas.items()
+        if ratio < 1.0
     ]
-    failures: list[str] = []
-    table: dict[str, Any] = {}
-    for clients in CLIENTS:
-        server = summary(results, SERVER, clients)
-        gateway = summary(results, GATEWAY, clients)
-        table[str(clients)] = {SERVER: server, GATEWAY: gateway}
-        ratio = gateway["requests_per_s"] / server["requests_per_s"]
-        added = gateway["p50_ms"] - server["p50_ms"]
-        rows.append(
-            f"| {clients} | vLLM server | {server['requests_per_s']:,.1f} | "
-            f"{server['p50_ms']:.1f} | |"
-        )
-        rows.append(
-            f"| {clients} | gateway (in-process engine) | {gateway['requests_per_s']:,.1f} | "
-            f"{gateway['p50_ms']:.1f} | {ratio:.2f}x req/s, p50 {added:+.1f} ms |"
-        )
-        if ratio < 1.0:
-            failures.append(f"{clients} clients: req/s {ratio:.2f}x the server's (budget >= 1)")
-    print("\n".join(rows))
     output = {
         "rounds": args.rounds,
         "batch": BATCH,

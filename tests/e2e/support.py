@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+import pytest
 import yaml
 from openai import APIStatusError
 from openai.types import Completion
@@ -151,16 +151,21 @@ def scripted_providers(
     return providers
 
 
-def scripted_gateway(
-    config: Callable[[str, str, int], str],
-    openai_server: ScriptedUpstream,
-    fireworks_server: ScriptedUpstream,
-    workdir: Path,
-) -> GatewayProcess:
-    """A gateway of a suite's own on the scripted upstreams (`config(openai_url, fireworks_url,
-    a dead port)`): use it as a context manager."""
-    text = config(openai_server.url, fireworks_server.url, free_port())
-    return GatewayProcess(text, workdir)
+def scripted_gateway(config: Callable[[str, str, int], str], fixture_name: str) -> Any:
+    """A module-scoped fixture `fixture_name`: a gateway of a suite's own on the session's
+    scripted upstreams, configured by `config(openai_url, fireworks_url, a dead port)`."""
+
+    @pytest.fixture(scope="module", name=fixture_name)
+    def gateway(
+        scripted_openai_server: ScriptedUpstream,
+        scripted_fireworks_server: ScriptedUpstream,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> Iterator[GatewayProcess]:
+        text = config(scripted_openai_server.url, scripted_fireworks_server.url, free_port())
+        with GatewayProcess(text, tmp_path_factory.mktemp(fixture_name)) as gw:
+            yield gw
+
+    return gateway
 
 
 class _PlainDumper(yaml.SafeDumper):

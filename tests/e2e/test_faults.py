@@ -87,17 +87,18 @@ class Faults:
         return [r["body"]["model"] for r in upstream.requests()]
 
 
+faults_gateway = scripted_gateway(config, "faults_gateway")
+
+
 @pytest.fixture(scope="module")
 def faults(
+    faults_gateway: GatewayProcess,
     scripted_openai_server: ScriptedUpstream,
     scripted_fireworks_server: ScriptedUpstream,
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Faults]:
-    workdir = tmp_path_factory.mktemp("gateway-faults")
-    with scripted_gateway(config, scripted_openai_server, scripted_fireworks_server, workdir) as gw:
-        f = Faults(gw, scripted_openai_server, scripted_fireworks_server)
-        with f.sdk, f.http:
-            yield f
+    f = Faults(faults_gateway, scripted_openai_server, scripted_fireworks_server)
+    with f.sdk, f.http:
+        yield f
 
 
 @pytest.fixture

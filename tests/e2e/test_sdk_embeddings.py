@@ -58,15 +58,7 @@ def config(openai_url: str, fireworks_url: str, dead_port: int) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    scripted_openai_server: ScriptedUpstream,
-    scripted_fireworks_server: ScriptedUpstream,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[GatewayProcess]:
-    workdir = tmp_path_factory.mktemp("gateway-embeddings")
-    with scripted_gateway(config, scripted_openai_server, scripted_fireworks_server, workdir) as gw:
-        yield gw
+gateway = scripted_gateway(config, "gateway")
 
 
 @pytest.fixture

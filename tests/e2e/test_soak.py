@@ -10,16 +10,20 @@ import itertools
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
 import orjson
-import pytest
 import yaml
 
 from tests.e2e.metrics_text import scrape
-from tests.e2e.support import FIREWORKS_MODEL, FULL_KEY, auth, scripted_providers
+from tests.e2e.support import (
+    FIREWORKS_MODEL,
+    FULL_KEY,
+    auth,
+    scripted_gateway,
+    scripted_providers,
+)
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.procs import ScriptedUpstream
 
@@ -52,7 +56,7 @@ SCRIPTS = (
 )
 
 
-def config(openai_url: str, fireworks_url: str) -> str:
+def config(openai_url: str, fireworks_url: str, _dead_port: int) -> str:
     oai = {"provider": "oai", "model": "m-soak", "timeout": {"first_byte_s": 0.3}}
     fw = {"provider": "fw", "model": FIREWORKS_MODEL, "timeout": {"first_byte_s": 0.3}}
     return yaml.safe_dump(
@@ -179,15 +183,7 @@ def settled(gw: GatewayProcess) -> Usage:
     return now
 
 
-@pytest.fixture(scope="module")
-def soak_gateway(
-    scripted_openai_server: ScriptedUpstream,
-    scripted_fireworks_server: ScriptedUpstream,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[GatewayProcess]:
-    text = config(scripted_openai_server.url, scripted_fireworks_server.url)
-    with GatewayProcess(text, tmp_path_factory.mktemp("gateway-soak")) as gw:
-        yield gw
+soak_gateway = scripted_gateway(config, "soak_gateway")
 
 
 def test_a_minute_of_mixed_faults(
