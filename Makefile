@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONFIG ?= config.yaml
-LINTED := gateway providers tests bench deploy
+LINTED := core gateway providers tests bench deploy
+TYPED  := core gateway providers deploy/grafana/dashboard.py
 TINY_MODEL ?= models/tiny
 # Debian packages the tests and the benchmark need; installed when root and missing.
 TEST_DEBS  := redis-server
@@ -71,7 +72,8 @@ test: install chart-check
 	@test "$(ENGINE)" != none || { echo "make test needs the engine: drop VLLM=none" >&2; exit 1; }
 	@./scripts/debs.sh $(TEST_DEBS)
 	$(BIN)/ruff check $(LINTED)
-	$(BIN)/mypy gateway providers deploy/grafana/dashboard.py
+	$(BIN)/mypy $(TYPED)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q --ignore=tests/deploy
 
 # The deployment, offline: the Helm chart linted and rendered with each ci/*-values.yaml, every
@@ -81,10 +83,12 @@ chart-check: $(STAMP)
 	@./scripts/debs.sh $(CHART_DEBS)
 	$(BIN)/python -m pytest -q tests/deploy
 
+# The layers' contracts (pyproject.toml's [tool.importlinter]) are checked with the types.
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
-	$(BIN)/mypy gateway providers deploy/grafana/dashboard.py
+	$(BIN)/mypy $(TYPED)
+	$(BIN)/lint-imports
 
 # The gateway vs direct on a mock upstream (completions and embeddings), the rate limiters' cost
 # (none, memory, redis), then the in-process engine vs vLLM's own server (completions, then

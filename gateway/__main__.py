@@ -150,8 +150,8 @@ def _metrics_dir(workers: int) -> Iterator[None]:
 
 
 def _load(path: str) -> Config | None:
+    from core.errors import ConfigError
     from gateway import config as config_mod
-    from gateway.errors import ConfigError
 
     try:
         return config_mod.load(path)

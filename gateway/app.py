@@ -1,93 +1,88 @@
 """create_app(config): the ASGI app. One pure-ASGI entry decodes the headers once, assigns the
-request id and dispatches exact paths from a table; the rest (path parameters, lifespan) goes
-through Starlette. Every handler is an `Endpoint`, which echoes the ids on every response.
+request id, builds the request's context (gateway.context) and dispatches by path from tables to
+its handler's `Endpoint`, which echoes the ids on every response. Starlette runs the lifespan.
 Everything lives on `app.state.runtime`; nothing is module-global."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import re
-import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.datastructures import State
-from starlette.routing import Route
 
-from gateway import routes
+from gateway import handlers
 from gateway.config import Config
-from gateway.http import Receive, Scope, Send
+from gateway.context import Ids, Inbound, Reply
+from gateway.handlers import Endpoint, Handler
+from gateway.http import Receive, Scope, Send, header_map
 from gateway.metrics import Metrics
 from gateway.reload import Reloader, Snapshot
-from gateway.routes import Endpoint
-from gateway.runtime import Runtime
+from gateway.runtime import Build, Runtime, build_provider
 
 # A caller's x-request-id is echoed only if it is short and plain: it lands in our logs.
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
 POST, GET = ("POST",), ("GET", "HEAD")
 ANY = ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")
 
-EXACT = {
-    "/v1/completions": (routes.completions, POST),
-    "/completions": (routes.completions, POST),
-    "/v1/embeddings": (routes.embeddings, POST),
-    "/embeddings": (routes.embeddings, POST),
-    "/v1/models": (routes.list_models, GET),
-    "/livez": (routes.livez, GET),
-    "/readyz": (routes.readyz, GET),
-    "/metrics": (routes.metrics, GET),
+EXACT: dict[str, tuple[Handler, tuple[str, ...]]] = {
+    "/v1/completions": (handlers.completions, POST),
+    "/completions": (handlers.completions, POST),
+    "/v1/embeddings": (handlers.embeddings, POST),
+    "/embeddings": (handlers.embeddings, POST),
+    "/v1/models": (handlers.list_models, GET),
+    "/livez": (handlers.livez, GET),
+    "/readyz": (handlers.readyz, GET),
+    "/metrics": (handlers.metrics, GET),
 }
-PATTERNS = {"/v1/models/{model_id:path}": (routes.get_model, GET)}
-
-
-class Ids:
-    """Unique ids without a system call per request: a random per-process prefix and a counter.
-    They identify; they are not secrets."""
-
-    def __init__(self) -> None:
-        self._prefix = secrets.token_hex(6)
-        self._count: Iterator[int] = itertools.count(1)
-
-    def next(self) -> str:
-        return f"{self._prefix}{next(self._count):010x}"
+# Paths that carry a parameter after a prefix (a model id may contain slashes).
+PREFIXED: dict[str, tuple[Handler, tuple[str, ...]]] = {
+    handlers.MODEL_PREFIX: (handlers.get_model, GET),
+}
 
 
 class GatewayApp:
-    def __init__(self, runtime: Runtime, fallback: Starlette) -> None:
-        self.state: State = fallback.state
+    def __init__(self, runtime: Runtime, lifespan: Starlette) -> None:
+        self.state: State = lifespan.state
         self.state.runtime = runtime
         self.ids = Ids()
-        self._fallback = fallback
+        self._lifespan = lifespan
         self._exact = {path: Endpoint(fn, methods) for path, (fn, methods) in EXACT.items()}
+        self._prefixed = tuple(
+            (prefix, Endpoint(fn, methods)) for prefix, (fn, methods) in PREFIXED.items()
+        )
+        self._not_found = Endpoint(handlers.not_found, ANY)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self._fallback(scope, receive, send)  # lifespan
+            await self._lifespan(scope, receive, send)
             return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = header_map(scope)
         given = headers.get("x-request-id")
         rid = given if given and _SAFE_ID.fullmatch(given) else "req_" + self.ids.next()
         echo = [(b"x-request-id", rid.encode())]
         trace = headers.get("x-portkey-trace-id")
         if trace and _SAFE_ID.fullmatch(trace):
             echo.append((b"x-portkey-trace-id", trace.encode()))
-        # The request keeps the runtime it began on, whatever a reload swaps in meanwhile.
         runtime: Runtime = self.state.runtime
-        scope["gateway.runtime"] = runtime
-        scope["gateway.headers"] = headers
-        scope["gateway.request_id"] = rid
-        scope["gateway.echo"] = echo
-        scope["gateway.ids"] = self.ids
-        endpoint = self._exact.get(scope["path"])
+        path: str = scope["path"]
+        inbound = Inbound(runtime, scope["method"], path, headers, rid, self.ids, receive)
+        endpoint = self._exact.get(path) or self._route(path)
         runtime.inflight += 1
         try:
-            await (endpoint or self._fallback)(scope, receive, send)
+            await endpoint(inbound, Reply(send, echo))
         finally:
             runtime.inflight -= 1
             if runtime.idle is not None and not runtime.inflight:
                 runtime.idle.set()
+
+    def _route(self, path: str) -> Endpoint:
+        for prefix, endpoint in self._prefixed:
+            if path.startswith(prefix):
+                return endpoint
+        return self._not_found
 
     @property
     def runtime(self) -> Runtime:
@@ -114,16 +109,20 @@ def settle_gc() -> None:
 
 
 def create_app(
-    config: Config, serving_process: bool = False, watch: Snapshot | None = None
+    config: Config,
+    serving_process: bool = False,
+    watch: Snapshot | None = None,
+    build: Build = build_provider,
 ) -> GatewayApp:
     """`serving_process`: this process only serves (gateway serve): tune its collector.
-    `watch`: the config file `config` was read from, reloaded on SIGHUP and when it changes."""
-    runtime = Runtime.build(config, Metrics(config.metrics.enabled))
+    `watch`: the config file `config` was read from, reloaded on SIGHUP and when it changes.
+    `build`: how a provider is built from its config block."""
+    runtime = Runtime.build(config, Metrics(config.metrics.enabled), build)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await runtime.start()
-        reloader = Reloader(app, watch) if watch is not None else None
+        reloader = Reloader(app, watch, build) if watch is not None else None
         if reloader is not None:
             reloader.start()
         if serving_process:
@@ -135,11 +134,5 @@ def create_app(
                 await reloader.stop()  # first: it closes what swapped-out runtimes left
             await app.runtime.aclose()
 
-    # Methods are checked by Endpoint so that a 405 is in OpenAI's error shape too.
-    fallback = Starlette(
-        routes=[Route(path, Endpoint(fn, methods)) for path, (fn, methods) in PATTERNS.items()],
-        lifespan=lifespan,
-    )
-    fallback.router.default = Endpoint(routes.not_found, ANY)
-    app = GatewayApp(runtime, fallback)
+    app = GatewayApp(runtime, Starlette(lifespan=lifespan))
     return app

@@ -2,8 +2,13 @@
 target tried with its retries (gateway.retry) while its circuit breaker lets it (gateway.circuits),
 fallback groups moving on, loadbalance groups picking by weight among targets not cut off.
 
-A wait between tries ends at once if the caller leaves (ClientGone). What answered, and after
-how many retries, is kept for Portkey's response headers.
+`Attempts` holds what the tries need of the runtime (the breakers, the metrics of calls, the
+router's randomness); `run` is one request's tries. It takes how to prepare the request for a
+target (`Prepare`) and how to send what was prepared (`Send`), and returns an `Outcome`: the
+answer and the call that gave it, or the error the caller gets, with the target tried last and
+its retries (Portkey's response headers name them, also when nothing answered).
+
+A wait between tries ends at once if the caller leaves (ClientGone).
 """
 
 from __future__ import annotations
@@ -11,31 +16,56 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
-from gateway.circuits import Breaker, is_failure
-from gateway.errors import (
+from core.errors import (
     CircuitOpen,
     GatewayError,
     RequestTimeout,
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from gateway.http import until_disconnect
-from gateway.routing import Plan
-from gateway.strategy import Group, Leaf, Node
-from providers.base import Prepared, Target
+from core.provider import Target
+from gateway.circuits import Board, Breaker, is_failure
+from gateway.http import Receive, until_disconnect
+from gateway.metrics import Metrics, RequestRecord
+from gateway.plans import Plan
+from gateway.trees import Group, Leaf, Node
 
-if TYPE_CHECKING:
-    from gateway.metrics import RequestRecord
-    from gateway.routes import Ctx
 
+class Prepared(Protocol):
+    """A request prepared for one target (a provider's CompletionCall or EmbeddingCall)."""
+
+    @property
+    def dropped(self) -> tuple[str, ...]: ...
+
+
+C = TypeVar("C", bound=Prepared)
 T = TypeVar("T")
-Call = Callable[[Target, Prepared], Coroutine[Any, Any, T]]
 # The request as a leaf's target gets it (its overrides and defaults applied, mapped by the
-# provider): what an attempt sends.
-Prepare = Callable[[Leaf, Target], Prepared]
+# provider): what one try sends. A retry prepares anew: a provider's state is one try's.
+Prepare = Callable[[Leaf, Target], C]
+Send = Callable[[C], Awaitable[T]]
+
+
+@dataclass(slots=True)
+class Outcome(Generic[C, T]):
+    """What a request's tries came to."""
+
+    used: Leaf | None = None  # the target tried last; None: none was tried
+    retries: int = 0  # retries of that target
+    call: C | None = None  # what was sent to the target that answered
+    answer: T | None = None
+    error: GatewayError | None = None  # what the caller gets when nothing answered
+
+    def result(self) -> tuple[C, T]:
+        """The call that answered and its answer; the error when nothing did."""
+        if self.error is not None:
+            raise self.error
+        assert self.call is not None and self.answer is not None
+        return self.call, self.answer
 
 
 def error_kind(err: GatewayError) -> str:
@@ -48,40 +78,83 @@ def error_kind(err: GatewayError) -> str:
     return str(err.upstream_status or err.status)
 
 
-class Attempts(Generic[T]):
-    __slots__ = ("_call", "_prepare", "ctx", "plan", "prepared", "retries", "used", "waited")
+class Attempts:
+    """What a request's tries need of the runtime; one per runtime."""
 
-    def __init__(self, ctx: Ctx, plan: Plan, call: Call[T], prepare: Prepare) -> None:
-        self.ctx = ctx
+    __slots__ = ("circuits", "jitter", "metrics", "pick")
+
+    def __init__(
+        self,
+        circuits: Board,
+        metrics: Metrics,
+        pick: Callable[[list[float]], int],
+        jitter: Callable[[], float],
+    ) -> None:
+        self.circuits = circuits
+        self.metrics = metrics
+        self.pick = pick  # an index by weight (loadbalance)
+        self.jitter = jitter  # a random number in [0, 1) (backoff)
+
+    async def run(
+        self,
+        plan: Plan,
+        prepare: Prepare[C],
+        send: Send[C, T],
+        receive: Receive,
+        record: RequestRecord,
+    ) -> Outcome[C, T]:
+        """One request's tries. `record` learns the provider tried last and the time spent
+        waiting on providers."""
+        tries = _Tries(self, plan, prepare, send, receive, record)
+        try:
+            await tries.node(plan.root)
+        except GatewayError as err:
+            tries.outcome.error = err
+        return tries.outcome
+
+
+class _Tries(Generic[C, T]):
+    """One request's tries through its plan."""
+
+    __slots__ = ("_prepare", "_send", "attempts", "outcome", "plan", "receive", "record", "waited")
+
+    def __init__(
+        self,
+        attempts: Attempts,
+        plan: Plan,
+        prepare: Prepare[C],
+        send: Send[C, T],
+        receive: Receive,
+        record: RequestRecord,
+    ) -> None:
+        self.attempts = attempts
         self.plan = plan
-        self._call = call
         self._prepare = prepare
+        self._send = send
+        self.receive = receive
+        self.record = record
         self.waited = 0.0  # all waits between tries so far (the retry policy's cap)
-        self.used: Leaf | None = None  # the target tried last
-        self.retries = 0  # retries of that target
-        self.prepared: Prepared | None = None  # the request as the answering target got it
+        self.outcome: Outcome[C, T] = Outcome()
 
-    async def run(self) -> T:
-        return await self._node(self.plan.root)
-
-    async def _node(self, node: Node) -> T:
+    async def node(self, node: Node) -> None:
         if isinstance(node, Leaf):
-            return await self._leaf(node)
-        if node.mode == "fallback":
-            return await self._fallback(node)
-        if node.mode == "loadbalance":
-            return await self._node(self._pick(node))
-        return await self._node(node.children[0])
+            await self._leaf(node)
+        elif node.mode == "fallback":
+            await self._fallback(node)
+        elif node.mode == "loadbalance":
+            await self.node(self._pick(node))
+        else:
+            await self.node(node.children[0])
 
-    async def _fallback(self, group: Group) -> T:
+    async def _fallback(self, group: Group) -> None:
         last = len(group.children) - 1
         for i, child in enumerate(group.children):
             try:
-                return await self._node(child)
+                await self.node(child)
+                return
             except GatewayError as err:
                 if i == last or not group.falls_back(err):
                     raise
-        raise AssertionError("a group has at least one target")  # pragma: no cover
 
     def _pick(self, group: Group) -> Node:
         """By weight among the children not cut off by an open circuit (all, if none is)."""
@@ -89,53 +162,51 @@ class Attempts(Generic[T]):
         weights = [0.0 if self._cut_off(c, now) else c.weight for c in group.children]
         if not any(weights):
             weights = list(group.weights)
-        return group.children[self.ctx.runtime.router.pick(weights)]
+        return group.children[self.attempts.pick(weights)]
 
     def _cut_off(self, node: Node, now: float) -> bool:
         if isinstance(node, Group):
             return False
         target = self.plan.resolve(node)
-        return self.ctx.runtime.circuits.get(target.provider, target.model).blocked(now)
+        return self.attempts.circuits.get(target.provider, target.model).blocked(now)
 
-    async def _leaf(self, leaf: Leaf) -> T:
+    async def _leaf(self, leaf: Leaf) -> None:
         target = self.plan.resolve(leaf)
-        breaker = self.ctx.runtime.circuits.get(target.provider, target.model)
-        self.used, self.retries = leaf, 0
-        prepared = self._prepare(leaf, target)
-        rec: RequestRecord = self.ctx.record  # type: ignore[assignment]
-        rec.provider = target.provider
+        breaker = self.attempts.circuits.get(target.provider, target.model)
+        outcome = self.outcome
+        outcome.used, outcome.retries = leaf, 0
+        call = self._prepare(leaf, target)
+        self.record.provider = target.provider
         last: GatewayError | None = None
         while True:
             if breaker.state and not breaker.admit(time.monotonic()):  # CLOSED is 0
                 raise last or self._skipped(target, breaker)
             try:
-                result = await self._try(leaf, target, prepared, breaker, rec)
+                outcome.answer = await self._try(leaf, target, call, breaker)
             except GatewayError as err:
-                delay = leaf.retry.delay(self.retries, err, self.waited, self._jitter())
+                delay = leaf.retry.delay(outcome.retries, err, self.waited, self.attempts.jitter())
                 if delay is None:
                     raise
                 last = err
             else:
-                self.prepared = prepared
-                return result
-            self.retries, self.waited = self.retries + 1, self.waited + delay
-            await self._wait(delay, rec)
-            prepared = self._prepare(leaf, target)  # a provider's state is one attempt's
+                outcome.call = call
+                return
+            outcome.retries, self.waited = outcome.retries + 1, self.waited + delay
+            await self._wait(delay)
+            call = self._prepare(leaf, target)
 
-    async def _wait(self, delay: float, rec: RequestRecord) -> None:
+    async def _wait(self, delay: float) -> None:
         began = time.perf_counter()
         try:
-            await until_disconnect(asyncio.sleep(delay), self.ctx.receive)
+            await until_disconnect(asyncio.sleep(delay), self.receive)
         finally:  # waiting out an upstream's failure is not the gateway's own time
-            rec.upstream_s += time.perf_counter() - began
+            self.record.upstream_s += time.perf_counter() - began
 
-    async def _try(
-        self, leaf: Leaf, target: Target, prepared: Prepared, breaker: Breaker, rec: RequestRecord
-    ) -> T:
-        metrics = self.ctx.runtime.metrics
+    async def _try(self, leaf: Leaf, target: Target, call: C, breaker: Breaker) -> T:
+        metrics = self.attempts.metrics
         began = time.perf_counter()
         try:
-            result = await until_disconnect(self._bounded(leaf, target, prepared), self.ctx.receive)
+            answer = await until_disconnect(self._bounded(leaf, call), self.receive)
         except GatewayError as err:
             metrics.attempt(target.provider, error_kind(err))
             if is_failure(err):
@@ -147,17 +218,17 @@ class Attempts(Generic[T]):
             breaker.released()
             raise
         finally:
-            rec.upstream_s += time.perf_counter() - began
+            self.record.upstream_s += time.perf_counter() - began
         metrics.attempt(target.provider, None)
         breaker.succeeded()
-        return result
+        return answer
 
-    def _bounded(self, leaf: Leaf, target: Target, prepared: Prepared) -> Coroutine[Any, Any, T]:
-        call = self._call(target, prepared)
-        return call if leaf.request_s is None else _within(call, leaf.request_s)
+    def _bounded(self, leaf: Leaf, call: C) -> Awaitable[T]:
+        sent = self._send(call)
+        return sent if leaf.request_s is None else _within(sent, leaf.request_s)
 
     def _skipped(self, target: Target, breaker: Breaker) -> CircuitOpen:
-        self.ctx.runtime.metrics.skipped(target.provider)
+        self.attempts.metrics.skipped(target.provider)
         wait = breaker.retry_in(time.monotonic())
         return CircuitOpen(
             f"{target.label} is failing and is not being called for now (circuit open); "
@@ -166,11 +237,8 @@ class Attempts(Generic[T]):
             headers={"retry-after": str(max(1, math.ceil(wait)))},
         )
 
-    def _jitter(self) -> float:
-        return self.ctx.runtime.router.jitter()
 
-
-async def _within(call: Coroutine[Any, Any, T], seconds: float) -> T:
+async def _within(call: Awaitable[T], seconds: float) -> T:
     """Portkey's request_timeout: the attempt, or the 408 Portkey answers when it runs out."""
     try:
         async with asyncio.timeout(seconds):

@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from core.errors import AuthenticationFailed, PermissionDenied
 from gateway.config import Config, KeyConfig
-from gateway.errors import AuthenticationFailed, PermissionDenied
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gateway.errors import GatewayError, RequestTimeout, UpstreamTimeout, UpstreamUnreachable
+from core.errors import GatewayError, RequestTimeout, UpstreamTimeout, UpstreamUnreachable
 
 # Gauge values: the higher the worse, so that the max over workers is the worst state.
 CLOSED, HALF_OPEN, OPEN = 0, 1, 2

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, TypeVar
 
-from gateway.errors import GatewayError, PayloadTooLarge, UnsupportedMediaType, error_json
+from core.errors import GatewayError, PayloadTooLarge, UnsupportedMediaType, error_json
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -79,7 +79,7 @@ async def send_error(send: Send, err: GatewayError, extra: RawHeaders) -> None:
     await send_bytes(send, err.status, error_json(err), error_headers(err, extra))
 
 
-async def until_disconnect(coro: Coroutine[Any, Any, T], receive: Receive) -> T:
+async def until_disconnect(coro: Awaitable[T], receive: Receive) -> T:
     """Await `coro`; if the caller disconnects first, cancel it (which closes the upstream
     request it is waiting on) and raise ClientGone. Needs the body to be read already.
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
+from core.errors import GatewayError, UpstreamTimeout, UpstreamUnreachable
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})  # Portkey's and the openai SDK's
 MAX_ATTEMPTS = 5  # Portkey's ceiling on retries

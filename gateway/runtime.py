@@ -1,22 +1,33 @@
-"""Everything built from one config, held as one object so a reload can swap it atomically.
-The metrics and the circuit breakers outlive a runtime: a reload passes them on (gateway.reload),
-with the rate limiter and the providers whose settings did not change."""
+"""Everything built from one config, held as one object so a reload can swap it atomically:
+the providers (built from their config blocks through the registry), the key check, the routing
+plans, the rate limiter and the tries' needs (gateway.attempts). The metrics and the circuit
+breakers outlive a runtime: a reload passes them on (gateway.reload), with the rate limiter and
+the providers whose settings did not change."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from core.provider import Provider
+from gateway.attempts import Attempts
 from gateway.auth import Authenticator
 from gateway.circuits import Board
-from gateway.config import Config
+from gateway.config import Config, ProviderConfig
 from gateway.metrics import Metrics
+from gateway.plans import Router
 from gateway.ratelimit import Limiter, RuleBook
-from gateway.routing import Router
-from gateway.strategy import leaves
-from providers.base import Provider
+from gateway.trees import leaves
+from providers import registry
+
+# A provider from its config block (the registry's; tests bring their own).
+Build = Callable[[ProviderConfig], Provider]
+
+
+def build_provider(config: ProviderConfig) -> Provider:
+    return registry.build(config.name, config.settings, f"providers.{config.name}")
 
 
 @dataclass(slots=True)
@@ -28,23 +39,27 @@ class Runtime:
     limiter: Limiter
     metrics: Metrics
     circuits: Board
+    attempts: Attempts
     created: int = field(default_factory=lambda: int(time.time()))
     started: bool = False
     inflight: int = 0  # requests begun on this runtime and not over (GatewayApp counts them)
     idle: asyncio.Event | None = None  # swapped out: set once `inflight` is 0 (drained())
 
     @classmethod
-    def build(cls, config: Config, metrics: Metrics | None = None) -> Runtime:
+    def build(
+        cls, config: Config, metrics: Metrics | None = None, build: Build = build_provider
+    ) -> Runtime:
         metrics = metrics or Metrics(config.metrics.enabled)
         limiter = Limiter(config.rate_limit, rulebook(config), metrics)
         circuits = Board(config.circuits, metrics.circuit)
-        return cls.assemble(config, dict(config.providers), limiter, metrics, circuits)
+        providers = {name: build(block) for name, block in config.providers.items()}
+        return cls.assemble(config, providers, limiter, metrics, circuits)
 
     @classmethod
     def assemble(
         cls,
         config: Config,
-        providers: dict[str, Provider],
+        providers: Mapping[str, Provider],
         limiter: Limiter,
         metrics: Metrics,
         circuits: Board,
@@ -52,7 +67,8 @@ class Runtime:
         """A runtime around parts that may be a running one's: the board takes the config's
         policy and targets last, when nothing can fail any more."""
         auth, router = Authenticator(config), Router(config)
-        runtime = cls(config, auth, router, providers, limiter, metrics, circuits)
+        attempts = Attempts(circuits, metrics, router.pick, router.jitter)
+        runtime = cls(config, auth, router, dict(providers), limiter, metrics, circuits, attempts)
         circuits.configure(config.circuits, _targets(config))
         return runtime
 

@@ -1,8 +1,9 @@
 """SSE rendering of canonical chunks, and the disconnect watch.
 
 Every event is `data: <one-line JSON>\\n\\n`; `data: [DONE]\\n\\n` is always last. An error after
-the headers went out becomes `data: {"error": …}` and then `[DONE]` (protocol.md §3.4). The
-caller's disconnect is watched by `gateway.http.until_disconnect`, which cancels the pump.
+the headers went out becomes `data: {"error": …}` and then `[DONE]`: the only channel left, and
+the openai SDK raises it as an `APIError`. The caller's disconnect is watched by
+`gateway.http.until_disconnect`, which cancels the pump.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import orjson
 
-from gateway.errors import GatewayError, error_event, internal
+from core.errors import GatewayError, error_event, internal
+from core.responses import Choice, Chunk, Usage
 from gateway.http import Send
 
 DONE = b"data: [DONE]\n\n"
@@ -39,21 +40,21 @@ class Envelope:
         self._tail = b',"usage":null}\n\n' if include_usage else b"}\n\n"
 
     @staticmethod
-    def _encode(fixed: dict[str, Any]) -> bytes:
+    def _encode(fixed: dict[str, object]) -> bytes:
         return b"data: " + orjson.dumps(fixed)[:-1] + b',"choices":'
 
     def fingerprint(self, value: str) -> None:
         """Every chunk from now on carries `system_fingerprint`, as OpenAI's do."""
         self._head = self._encode({**self._fixed, "system_fingerprint": value})
 
-    def chunk(self, choices: list[Any], usage: Any = None) -> bytes:
+    def chunk(self, choices: list[Choice], usage: Usage | None = None) -> bytes:
         """A content chunk; `usage` is its choice's usage so far (vLLM's continuous usage)."""
         body = self._head + orjson.dumps(choices)
         if usage is not None:
             return body + b',"usage":' + orjson.dumps(usage) + b"}\n\n"
         return body + self._tail
 
-    def usage(self, usage: Any) -> bytes:
+    def usage(self, usage: Usage) -> bytes:
         return self._head + b'[],"usage":' + orjson.dumps(usage) + b"}\n\n"
 
 
@@ -63,7 +64,7 @@ class StreamResult:
     __slots__ = ("error", "first_at", "usage", "write_s")
 
     def __init__(self) -> None:
-        self.usage: dict[str, Any] | None = None
+        self.usage: Usage | None = None
         self.error: GatewayError | None = None
         self.first_at = 0.0  # perf_counter() when the first text went out
         self.write_s = 0.0  # time spent rendering and writing (the gateway's own)
@@ -71,8 +72,8 @@ class StreamResult:
 
 async def pump(
     send: Send,
-    first: list[dict[str, Any]],
-    rest: AsyncIterator[list[dict[str, Any]]],
+    first: list[Chunk],
+    rest: AsyncIterator[list[Chunk]],
     env: Envelope,
     include_usage: bool,
     result: StreamResult,
@@ -99,9 +100,7 @@ async def pump(
     await send({"type": "http.response.body", "body": DONE, "more_body": False})
 
 
-async def _write(
-    send: Send, batch: list[dict[str, Any]], env: Envelope, result: StreamResult
-) -> None:
+async def _write(send: Send, batch: list[Chunk], env: Envelope, result: StreamResult) -> None:
     began = time.perf_counter()
     events = []
     for item in batch:

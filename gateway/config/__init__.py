@@ -1,8 +1,9 @@
-"""YAML → typed Config. `${ENV}` / `${ENV:-default}` substitution; every error names its YAML path.
+"""YAML → typed Config, plain data. `${ENV}` / `${ENV:-default}` substitution; every error names
+its YAML path.
 
-Providers are constructed here (through the registry, by `type:` tag) so that a bad provider
-block fails `gateway check-config` exactly as it would fail at startup; nothing does I/O
-until the app's lifespan calls `start()`.
+Each provider block is checked here by its adapter (through the registry, by `type:` tag), so
+that a bad block fails `gateway check-config` exactly as it would fail at startup; the runtime
+builds the providers from the blocks (gateway.runtime).
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from typing import Any
 
 import yaml
 
+from core.completions import RequestLimits
+from core.errors import ConfigError
 from gateway.circuits import CircuitPolicy
-from gateway.errors import ConfigError
 from gateway.ratelimit import BreakerConfig, KeyLimits, Limits, RateLimitConfig
-from gateway.schemas import RequestLimits
 from providers import registry
-from providers.base import Provider
 
 from .models import ModelConfig, limits, models
 from .portkey import PortkeyConfig
@@ -41,7 +41,16 @@ from .values import (
     unique,
 )
 
-__all__ = ["DEV_KEY", "Config", "KeyConfig", "ModelConfig", "ServerConfig", "load", "parse"]
+__all__ = [
+    "DEV_KEY",
+    "Config",
+    "KeyConfig",
+    "ModelConfig",
+    "ProviderConfig",
+    "ServerConfig",
+    "load",
+    "parse",
+]
 
 DEV_KEY = "sk-local-dev"
 TOP_KEYS = (
@@ -71,6 +80,15 @@ class KeyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """A provider's block as written (after ${ENV}), checked by its adapter. It holds
+    credentials: out of repr."""
+
+    name: str
+    settings: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class MetricsConfig:
     enabled: bool = True
 
@@ -79,16 +97,13 @@ class MetricsConfig:
 class Config:
     server: ServerConfig
     keys: tuple[KeyConfig, ...]
-    providers: Mapping[str, Provider]
+    providers: Mapping[str, ProviderConfig]
     models: Mapping[str, ModelConfig]
     rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     circuits: CircuitPolicy = field(default_factory=CircuitPolicy)
     configs: Mapping[str, PortkeyConfig] = field(default_factory=dict)  # x-portkey-config: NAME
     source: str = ""
-    # Each provider's block as written (after ${ENV}): a reload keeps the running provider
-    # of an unchanged block. It holds credentials: out of repr.
-    provider_blocks: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def has_dev_key(self) -> bool:
         dev = hashlib.sha256(DEV_KEY.encode()).digest()
@@ -115,8 +130,7 @@ def parse(text: str, source: str = "<config>") -> Config:
     data = _substitute(raw if raw is not None else {}, "")
     top = mapping(data, "")
     known(top, "", TOP_KEYS)
-    blocks = mapping(top.get("providers", {}), "providers")
-    providers = _providers(blocks)
+    providers = _providers(mapping(top.get("providers", {}), "providers"))
     return Config(
         server=_server(mapping(top.get("server", {}), "server")),
         keys=_keys(mapping(top.get("auth", {}), "auth"), providers),
@@ -127,7 +141,6 @@ def parse(text: str, source: str = "<config>") -> Config:
         circuits=_circuits(mapping(top.get("circuit_breaker", {}), "circuit_breaker")),
         configs=_configs(mapping(top.get("configs", {}), "configs"), providers),
         source=source,
-        provider_blocks=blocks,
     )
 
 
@@ -167,7 +180,9 @@ def _server(s: Mapping[str, Any]) -> ServerConfig:
     )
 
 
-def _keys(auth: Mapping[str, Any], providers: Mapping[str, Provider]) -> tuple[KeyConfig, ...]:
+def _keys(
+    auth: Mapping[str, Any], providers: Mapping[str, ProviderConfig]
+) -> tuple[KeyConfig, ...]:
     known(auth, "auth", ("keys",))
     out: list[KeyConfig] = []
     for i, entry in enumerate(seq(auth.get("keys", []), "auth.keys")):
@@ -206,11 +221,13 @@ def _digest(k: Mapping[str, Any], path: str) -> bytes:
     return bytes.fromhex(hexed)
 
 
-def _providers(section: Mapping[str, Any]) -> dict[str, Provider]:
-    return {
-        name: registry.build(name, mapping(block, f"providers.{name}"), f"providers.{name}")
-        for name, block in section.items()
-    }
+def _providers(section: Mapping[str, Any]) -> dict[str, ProviderConfig]:
+    out = {}
+    for name, block in section.items():
+        path = f"providers.{name}"
+        registry.check(mapping(block, path), path)
+        out[str(name)] = ProviderConfig(str(name), block)
+    return out
 
 
 # ---------------------------------------------------------------- limits and metrics
@@ -267,7 +284,7 @@ def _tag(v: Any, path: str) -> str:
 
 
 def _configs(
-    section: Mapping[str, Any], providers: Mapping[str, Provider]
+    section: Mapping[str, Any], providers: Mapping[str, ProviderConfig]
 ) -> dict[str, PortkeyConfig]:
     """Named Portkey configs. Their trees are rooted at `config` (Portkey's response headers
     name targets so); their errors at `configs.NAME`."""

@@ -1,4 +1,4 @@
-"""`models:`: each alias's routing tree (gateway.strategy), with retries, timeouts and defaults.
+"""`models:`: each alias's routing tree (gateway.trees), with retries, timeouts and defaults.
 
 models:
   llama:
@@ -13,26 +13,27 @@ models:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.embeddings import FIELDS as EMBEDDING_FIELDS
-from gateway.errors import ConfigError, InvalidRequest
+from core.completions import COMPLETIONS
+from core.embeddings import EMBEDDINGS
+from core.errors import ConfigError, InvalidRequest
+from core.fields import Declaration
+from core.provider import Target
 from gateway.ratelimit import Limits
 from gateway.retry import MAX_ATTEMPTS, RetryPolicy
-from gateway.schemas import FIELDS
-from gateway.strategy import FALLBACK_STATUSES, MODES, Group, Leaf, Node, leaves
-from providers.base import Provider, Target
+from gateway.trees import FALLBACK_STATUSES, MODES, Group, Leaf, Node, leaves
 
 from .values import integer, known, mapping, number, one_of, seq, statuses, text, weight
 
 POLICIES = ("reject", "drop")
 MODEL_KEYS = ("endpoint", "defaults", "unsupported_params", "limits")
 # What an alias serves: its requests come through that endpoint only.
-ENDPOINT_FIELDS: Mapping[str, Mapping[str, Any]] = {
-    "completions": FIELDS,
-    "embeddings": EMBEDDING_FIELDS,
+ENDPOINT_FIELDS: Mapping[str, Declaration] = {
+    "completions": COMPLETIONS,
+    "embeddings": EMBEDDINGS,
 }
 NODE_KEYS = ("strategy", "targets", "weight", "retry", "timeout", "timeout_s")
 LEAF_KEYS = ("provider", "model", "weight", "retry", "timeout", "timeout_s")
@@ -64,21 +65,21 @@ class Scope:
     """What a node inherits from its groups, and what its targets are built with."""
 
     alias: str
-    providers: Mapping[str, Provider]
+    providers: Collection[str]  # the configured providers' names
     policy: str
     defaults: Mapping[str, Any]
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeouts: Timeouts = field(default_factory=Timeouts)
 
 
-def models(section: Mapping[str, Any], providers: Mapping[str, Provider]) -> dict[str, ModelConfig]:
+def models(section: Mapping[str, Any], providers: Collection[str]) -> dict[str, ModelConfig]:
     return {
         alias: model(alias, mapping(m, f"models.{alias}"), providers)
         for alias, m in section.items()
     }
 
 
-def model(alias: str, m: Mapping[str, Any], providers: Mapping[str, Provider]) -> ModelConfig:
+def model(alias: str, m: Mapping[str, Any], providers: Collection[str]) -> ModelConfig:
     path = f"models.{alias}"
     known(m, path, (*MODEL_KEYS, *NODE_KEYS))
     if "weight" in m:
@@ -189,20 +190,19 @@ def retry(v: Any, path: str) -> RetryPolicy:
     )
 
 
-def defaults(d: Mapping[str, Any], path: str, fields: Mapping[str, Any] = FIELDS) -> dict[str, Any]:
+def defaults(d: Mapping[str, Any], path: str, fields: Declaration = COMPLETIONS) -> dict[str, Any]:
     """Request fields a model fills in when the caller did not (validated as a caller's)."""
     return params(d, path, "can have a default", fields)
 
 
 def params(
-    d: Mapping[str, Any], path: str, what: str, fields: Mapping[str, Any] = FIELDS
+    d: Mapping[str, Any], path: str, what: str, fields: Declaration = COMPLETIONS
 ) -> dict[str, Any]:
     for name, value in d.items():
-        check = fields.get(name)
-        if check is None or name in ("model", "prompt", "stream", "input"):
+        if name not in fields or name in ("model", "prompt", "stream", "input"):
             raise ConfigError(f"{path}.{name}", f"not a request parameter that {what}")
         try:
-            check(value, name)
+            fields.check(name, value)
         except InvalidRequest as exc:
             raise ConfigError(f"{path}.{name}", exc.message) from None
     return dict(d)

@@ -1,5 +1,6 @@
 """Portkey configs → routing trees: `x-portkey-config` (inline JSON, or the name of a config in
-the YAML's `configs:`), with Portkey's semantics (reference/protocol.md §6.2).
+the YAML's `configs:`), with Portkey's semantics: nested targets, each group `single`,
+`fallback`, `loadbalance` or `conditional`.
 
     {"strategy": {"mode": "fallback", "on_status_codes": [429, 503]},
      "retry": {"attempts": 2},
@@ -22,9 +23,9 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import ConfigError
+from core.errors import ConfigError, InvalidRequest
 from gateway.retry import MAX_ATTEMPTS, RETRY_STATUSES, RetryPolicy
-from gateway.strategy import MODES, Group, Leaf, Node
+from gateway.trees import MODES, Group, Leaf, Node
 
 from .models import fall_on, params
 from .values import boolean, integer, known, mapping, one_of, seq, statuses, text, weight
@@ -94,6 +95,39 @@ def _timed(node: Node, seconds: float) -> Node:
     if isinstance(node, Leaf):
         return replace(node, request_s=seconds)
     return replace(node, children=tuple(_timed(c, seconds) for c in node.children))
+
+
+HEADERS = ("x-portkey-config", "x-portkey-request-timeout")
+
+
+def from_headers(
+    headers: Mapping[str, str], named: Mapping[str, PortkeyConfig], providers: Collection[str]
+) -> PortkeyConfig | None:
+    """The request's Portkey config (x-portkey-config, x-portkey-request-timeout), if any; a
+    400 naming the field that is wrong."""
+    raw, timeout = (headers.get(name) for name in HEADERS)
+    if raw is None and timeout is None:
+        return None
+    try:
+        config = PortkeyConfig(None)
+        if raw is not None:
+            config = from_header(raw, named, providers)
+        if timeout is not None:
+            config = with_timeout(config, _milliseconds(timeout))
+    except ConfigError as err:
+        if err.path.startswith(ROOT):
+            raise InvalidRequest(f"Invalid x-portkey-config: {err}.", param=err.path) from None
+        raise InvalidRequest(f"Invalid {err.path}: {err.message}.", param=err.path) from None
+    return config
+
+
+def _milliseconds(raw: str) -> float:
+    if not raw.isdigit() or not 0 < int(raw) <= MAX_TIMEOUT_MS:
+        raise ConfigError(
+            "x-portkey-request-timeout",
+            f"expected milliseconds, an integer from 1 to {MAX_TIMEOUT_MS}",
+        )
+    return int(raw) / 1000
 
 
 def from_header(

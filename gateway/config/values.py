@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.errors import ConfigError
+from core.errors import ConfigError
 
 
 def join(path: str, key: str) -> str:

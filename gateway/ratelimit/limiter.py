@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from core.errors import InvalidRequest, RateLimited, ServiceUnavailable
 from gateway.circuits import CLOSED, OPEN, Breaker, CircuitPolicy
-from gateway.errors import InvalidRequest, RateLimited, ServiceUnavailable
 from gateway.ratelimit.headers import ratelimit_headers, refusal_message, retry_headers
 from gateway.ratelimit.memory import MemoryBackend
 from gateway.ratelimit.redis_backend import BackendDown, RedisBackend

@@ -14,11 +14,11 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
+from core.errors import ConfigError
+from core.provider import Provider
 from gateway.config import Config
-from gateway.errors import ConfigError
 from gateway.ratelimit import Limiter
-from gateway.runtime import Runtime, release, rulebook
-from providers.base import Provider
+from gateway.runtime import Build, Runtime, build_provider, release, rulebook
 
 # Read once when the server starts: a reload keeps the running values until a restart.
 PINNED: tuple[tuple[str, Callable[[Config], object]], ...] = (
@@ -28,7 +28,7 @@ PINNED: tuple[tuple[str, Callable[[Config], object]], ...] = (
 )
 # Config fields the reload's log line names as YAML sections; providers are reported apart.
 SECTION_NAMES = {"keys": "auth.keys", "circuits": "circuit_breaker"}
-NOT_SECTIONS = ("providers", "provider_blocks", "source")
+NOT_SECTIONS = ("providers", "source")
 
 
 @dataclass(slots=True)
@@ -56,13 +56,13 @@ class Handover:
     fresh_limiter: bool  # rate_limit changed: a new limiter, its counts from zero
 
 
-async def successor(old: Runtime, new: Config) -> Handover:
-    providers = _providers(old, new)
+async def successor(old: Runtime, new: Config, build: Build = build_provider) -> Handover:
+    providers = _providers(old, new, build)
     fresh = {n: p for n, p in providers.items() if old.providers.get(n) is not p}
     keep_limiter = new.rate_limit == old.config.rate_limit
     limiter = old.limiter if keep_limiter else Limiter(new.rate_limit, rulebook(new), old.metrics)
     added = Leftovers(list(fresh.values()), None if keep_limiter else limiter)
-    config = _pin(old.config, new, providers)
+    config = _pin(old.config, new)
     try:
         await _start(fresh, added.limiter)
         runtime = Runtime.assemble(config, providers, limiter, old.metrics, old.circuits)
@@ -87,23 +87,20 @@ async def successor(old: Runtime, new: Config) -> Handover:
     )
 
 
-def _providers(old: Runtime, new: Config) -> dict[str, Provider]:
-    """The running provider of every unchanged block; the newly built one of the others."""
+def _providers(old: Runtime, new: Config, build: Build) -> dict[str, Provider]:
+    """The running provider of every unchanged block; one built anew for the others (nothing
+    is started yet: building does no I/O)."""
     out: dict[str, Provider] = {}
-    for name, built in new.providers.items():
+    for name, block in new.providers.items():
         running = old.providers.get(name)
-        block = new.provider_blocks.get(name)
-        if running is not None and block is not None and block == _block(old, name):
+        if running is not None and block == old.config.providers.get(name):
             out[name] = running
             continue
+        built = build(block)
         if not built.reloadable:
             raise ConfigError(f"providers.{name}", _NOT_RELOADABLE[running is not None])
         out[name] = built
     return out
-
-
-def _block(runtime: Runtime, name: str) -> object:
-    return runtime.config.provider_blocks.get(name)
 
 
 _NOT_RELOADABLE = {
@@ -127,10 +124,10 @@ async def _start(providers: Mapping[str, Provider], limiter: Limiter | None) -> 
             raise ConfigError("rate_limit", f"failed to start: {exc!r}") from None
 
 
-def _pin(old: Config, new: Config, providers: dict[str, Provider]) -> Config:
-    """The new config with the running values of PINNED, and the providers in use."""
+def _pin(old: Config, new: Config) -> Config:
+    """The new config with the running values of PINNED."""
     server = replace(new.server, host=old.server.host, port=old.server.port)
-    return replace(new, server=server, metrics=old.metrics, providers=providers)
+    return replace(new, server=server, metrics=old.metrics)
 
 
 def _changed_sections(old: Config, new: Config) -> tuple[str, ...]:

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from core.errors import ConfigError
 from gateway.config import Config, parse
-from gateway.errors import ConfigError
 from gateway.reload.handover import Handover, Leftovers, successor
-from gateway.runtime import Runtime
+from gateway.runtime import Build, Runtime, build_provider
 
 log = logging.getLogger("gateway.reload")
 
@@ -76,8 +76,9 @@ class Host(Protocol):
 
 
 class Reloader:
-    def __init__(self, host: Host, running: Snapshot) -> None:
+    def __init__(self, host: Host, running: Snapshot, build: Build = build_provider) -> None:
         self._host = host
+        self._build = build
         self._path = running.path
         self._running = running.data  # the bytes the runtime in use was built from
         self._seen = running.signature  # the file at the last check
@@ -151,7 +152,7 @@ class Reloader:
                 self._unchanged()
                 return
             config = await asyncio.to_thread(parse_snapshot, snapshot)
-            handover = await successor(old, config)
+            handover = await successor(old, config, self._build)
         except ConfigError as err:
             self._refuse(str(err))
         except Exception as exc:  # a bug, not the file: refuse all the same, and say where

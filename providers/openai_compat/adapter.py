@@ -14,10 +14,12 @@ from typing import Any, ClassVar, TypeVar
 
 import orjson
 
-from gateway.embeddings import EmbeddingRequest
-from gateway.errors import ConfigError, ContextLengthExceeded, GatewayError, InvalidRequest
-from gateway.schemas import CompletionRequest
-from providers.base import Prepared, Target, completion_of
+from core.completions import CompletionRequest
+from core.embeddings import EmbeddingRequest
+from core.errors import ConfigError, ContextLengthExceeded, GatewayError, InvalidRequest
+from core.provider import Adapter, Prepared, Target
+from core.responses import Chunk, Completion, Embeddings
+from core.wire import Json
 from providers.params import apply_rules
 
 from .client import UpstreamClient
@@ -26,10 +28,9 @@ from .dialects import DIALECTS, DialectSpec
 from .embeddings import RULES as EMBEDDING_RULES
 from .embeddings import answer
 from .emulate import completion_room, select_best
-from .normalize import Shape, StreamNormalizer, choices, extras_for, finish
+from .normalize import Normalization, StreamNormalizer, choices, extras_for, finish
 from .settings import Settings, parse_settings
 
-Json = dict[str, Any]
 T = TypeVar("T")
 Call = Callable[[bytes, Target], Awaitable[T]]
 
@@ -39,19 +40,20 @@ CONTEXT = "context_length_exceeded_behavior"
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
-    """One request mapped for one target: `Prepared.state`."""
+class UpstreamCompletion:
+    """A completion mapped for one target: `Prepared.state`."""
 
     body: Mapping[str, Any]  # the upstream body, kept for a truncate retry
     payload: bytes  # the same, serialized once
-    shape: Shape
+    shape: Normalization
     best_of: int  # candidates per prompt when best_of is emulated, else 0
     truncate: bool  # emulate context_length_exceeded_behavior="truncate"
     check_context: bool  # "error" on an upstream that clamps: count the prompt first
+    request: CompletionRequest  # as validated: best_of's ranking and the context check read it
 
 
 @dataclass(frozen=True, slots=True)
-class EmbeddingPlan:
+class UpstreamEmbedding:
     """An embeddings request mapped for one target: `Prepared.state`."""
 
     payload: bytes
@@ -59,7 +61,7 @@ class EmbeddingPlan:
     encoding: str  # what the caller gets: "float" or "base64"
 
 
-class OpenAICompatProvider:
+class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding]):
     type_tags: ClassVar[tuple[str, ...]] = (
         "openai",
         "fireworks",
@@ -85,14 +87,24 @@ class OpenAICompatProvider:
             self._guard = ContextGuard(self._client, settings.base_url)
 
     @classmethod
+    def check_config(cls, type_tag: str, settings: Mapping[str, Any], path: str) -> None:
+        cls._parsed(type_tag, settings, path)
+
+    @classmethod
     def from_config(
         cls, name: str, type_tag: str, settings: Mapping[str, Any], path: str
     ) -> OpenAICompatProvider:
+        return cls(name, *cls._parsed(type_tag, settings, path))
+
+    @classmethod
+    def _parsed(
+        cls, type_tag: str, settings: Mapping[str, Any], path: str
+    ) -> tuple[DialectSpec, Settings]:
         spec = DIALECTS.get(type_tag)
         if spec is None:
             known = ", ".join(cls.type_tags)
             raise ConfigError(f"{path}.type", f"{type_tag!r} is not one of {known}")
-        return cls(name, spec, parse_settings(settings, path))
+        return spec, parse_settings(settings, path)
 
     async def start(self) -> None:
         await self._client.start()
@@ -108,8 +120,10 @@ class OpenAICompatProvider:
 
     # ------------------------------------------------------------ mapping
 
-    def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
+    def prepare(self, request: CompletionRequest, target: Target) -> Prepared[UpstreamCompletion]:
         spec = self.spec
+        if spec.request_checks is not None:
+            spec.request_checks(request.fields)
         applied = apply_rules(
             spec.rules,
             request.fields,
@@ -119,7 +133,7 @@ class OpenAICompatProvider:
         )
         body = applied.body
         body["model"] = target.model
-        body["max_tokens"] = request.max_tokens  # explicit: upstream defaults differ (§9)
+        body["max_tokens"] = request.max_tokens  # explicit: Fireworks' default is not OpenAI's 16
         body["stream"] = request.stream
         if request.stream and not spec.usage_on_last_chunk:
             body.setdefault("stream_options", {"include_usage": True})
@@ -132,7 +146,7 @@ class OpenAICompatProvider:
         stops = request.stop if spec.stop_may_be_included else ()
         want_logprobs = request.logprobs is not None
         continuous = bool(body.get("stream_options", {}).get("continuous_usage_stats"))
-        shape = Shape(
+        shape = Normalization(
             target.label,
             want_logprobs,
             stops,
@@ -141,10 +155,13 @@ class OpenAICompatProvider:
             continuous,
             extras_for(request.fields),
         )
-        plan = Plan(body, orjson.dumps(body), shape, best_of, truncate, check_context)
-        return Prepared(target, request, applied.dropped, plan)
+        payload = orjson.dumps(body)
+        plan = UpstreamCompletion(body, payload, shape, best_of, truncate, check_context, request)
+        return Prepared(target, applied.dropped, plan)
 
-    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared:
+    def prepare_embedding(
+        self, request: EmbeddingRequest, target: Target
+    ) -> Prepared[UpstreamEmbedding]:
         applied = apply_rules(
             self._embedding_rules,
             request.fields,
@@ -154,28 +171,30 @@ class OpenAICompatProvider:
         )
         body = applied.body
         body["model"] = target.model
-        plan = EmbeddingPlan(orjson.dumps(body), len(request.inputs), request.encoding_format)
-        return Prepared(target, request, applied.dropped, plan)
+        plan = UpstreamEmbedding(orjson.dumps(body), len(request.inputs), request.encoding_format)
+        return Prepared(target, applied.dropped, plan)
 
     # ------------------------------------------------------------ serving
 
-    async def embed(self, prepared: Prepared) -> Json:
-        plan: EmbeddingPlan = prepared.state
+    async def embed(self, prepared: Prepared[UpstreamEmbedding]) -> Embeddings:
+        plan = prepared.state
         target = prepared.target
         body = await self._client.call_json("POST", self._embeddings_url, plan.payload, target)
         return answer(body, plan.count, plan.encoding, target.label)
 
-    async def complete(self, prepared: Prepared) -> Json:
-        plan: Plan = prepared.state
+    async def complete(self, prepared: Prepared[UpstreamCompletion]) -> Completion:
+        plan = prepared.state
         body = await self._send(prepared, self._client.post_json)
         picked = choices(body, plan.shape)
         if plan.best_of:
-            req = completion_of(prepared)
+            req = plan.request
             picked = select_best(picked, plan.best_of, req.n, req.prompts, req.echo)
         return finish(body, picked, plan.shape)
 
-    async def stream(self, prepared: Prepared) -> AsyncGenerator[list[Json], None]:
-        plan: Plan = prepared.state
+    async def stream(
+        self, prepared: Prepared[UpstreamCompletion]
+    ) -> AsyncGenerator[list[Chunk], None]:
+        plan = prepared.state
         label = prepared.target.label
         resp = await self._send(prepared, self._client.open_stream)
         normalizer = StreamNormalizer(plan.shape)
@@ -194,13 +213,13 @@ class OpenAICompatProvider:
         finally:
             resp.close()  # a no-op after a complete stream; cuts the upstream off otherwise
 
-    async def _send(self, prepared: Prepared, call: Call[T]) -> T:
+    async def _send(self, prepared: Prepared[UpstreamCompletion], call: Call[T]) -> T:
         """One upstream call (after the context check, if needed); with emulated "truncate", one
         retry with the room that is left."""
-        plan: Plan = prepared.state
+        plan = prepared.state
         target = prepared.target
         if plan.check_context and self._guard is not None:
-            req = completion_of(prepared)
+            req = plan.request
             await self._guard.check(req.prompts, req.max_tokens, target)
         try:
             return await call(plan.payload, target)
@@ -213,8 +232,8 @@ class OpenAICompatProvider:
 
 def _normalized(
     normalizer: StreamNormalizer, events: list[Json]
-) -> tuple[list[Json], GatewayError | None]:
-    out: list[Json] = []
+) -> tuple[list[Chunk], GatewayError | None]:
+    out: list[Chunk] = []
     try:
         for event in events:
             out.extend(normalizer.feed(event))
@@ -246,7 +265,7 @@ def _emulate_best_of(request: CompletionRequest, emulated: frozenset[str], body:
     return best_of
 
 
-def _truncated(plan: Plan, err: ContextLengthExceeded) -> bytes | None:
+def _truncated(plan: UpstreamCompletion, err: ContextLengthExceeded) -> bytes | None:
     """The body again with `max_tokens` lowered to what the context window leaves, or None
     when the error does not say how much that is (or leaves no room)."""
     room = completion_room(err.message)

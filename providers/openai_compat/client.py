@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Iterable, Mapping
-from typing import Any
 
 import aiohttp
 import orjson
 
-from gateway.errors import GatewayError
-from providers.base import Target
+from core.errors import GatewayError
+from core.provider import Target
+from core.wire import Json
 
 from .errors import (
     bad_answer,
@@ -26,7 +26,6 @@ from .errors import (
 )
 from .sse import DONE, SSEDecoder
 
-Json = dict[str, Any]
 MAX_ERROR_BODY = 64 * 1024  # error bodies are short; a proxy's HTML page is cut here
 DNS_TTL_S = 300
 KEEPALIVE_S = 30.0

@@ -20,8 +20,8 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import ContextLengthExceeded, GatewayError
-from providers.base import Target
+from core.errors import ContextLengthExceeded, GatewayError
+from core.provider import Target
 
 from .client import UpstreamClient
 

@@ -1,5 +1,5 @@
 """Embeddings through OpenAI-compatible upstreams: each dialect's parameter table for
-CreateEmbeddingRequest, and the upstream's answer in the canonical form (providers/base.py).
+CreateEmbeddingRequest, and the upstream's answer in the canonical form (core/responses.py).
 
 `encoding_format` goes upstream where the upstream is known to send OpenAI's base64 (OpenAI,
 vLLM's server, whose default is float32 in the machine's byte order: little-endian on every
@@ -13,12 +13,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gateway.embeddings import VLLM_FIELDS, decode, encode
+from core.embeddings import VLLM_FIELDS, decode, encode
+from core.responses import Embeddings, EmbeddingUsage
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
 
 from .errors import bad_answer
-
-Json = dict[str, Any]
 
 OPENAI: Mapping[str, Rule] = MappingProxyType(
     {
@@ -48,7 +47,7 @@ RULES: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
 )
 
 
-def answer(body: Mapping[str, Any], count: int, encoding: str, label: str) -> Json:
+def answer(body: Mapping[str, Any], count: int, encoding: str, label: str) -> Embeddings:
     """The canonical embeddings of an upstream's CreateEmbeddingResponse: `count` of them, in
     input order, in `encoding` ("float" or "base64")."""
     data = body.get("data")
@@ -58,7 +57,7 @@ def answer(body: Mapping[str, Any], count: int, encoding: str, label: str) -> Js
     if [_index(item) for item in ordered] != list(range(count)):
         raise bad_answer(label, "embeddings whose indexes are not those of the inputs")
     vectors = [_as(item.get("embedding"), encoding, label) for item in ordered]
-    return {"data": vectors, "usage": usage(body.get("usage"))}
+    return Embeddings(data=vectors, usage=usage(body.get("usage")))
 
 
 def _index(item: Any) -> int:
@@ -89,8 +88,8 @@ def _numbers(values: list[Any]) -> bool:
     return True
 
 
-def usage(raw: Any) -> Json:
+def usage(raw: Any) -> EmbeddingUsage:
     """OpenAI's embeddings usage: prompt tokens, and a total that equals them."""
     prompt = raw.get("prompt_tokens") if isinstance(raw, dict) else None
     prompt = prompt if type(prompt) is int and prompt >= 0 else 0
-    return {"prompt_tokens": prompt, "total_tokens": prompt}
+    return EmbeddingUsage(prompt_tokens=prompt, total_tokens=prompt)

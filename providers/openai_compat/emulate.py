@@ -9,14 +9,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-Json = dict[str, Any]
+from core.responses import Choice
 
 # ---------------------------------------------------------------- best_of
 
 
 def select_best(
-    candidates: Sequence[Json], best_of: int, n: int, prompts: Sequence[Any], echo: bool
-) -> list[Json]:
+    candidates: Sequence[Choice], best_of: int, n: int, prompts: Sequence[Any], echo: bool
+) -> list[Choice]:
     """OpenAI's `best_of`: the upstream generated `best_of` candidates per prompt (indices
     `prompt_idx * best_of + j`); keep each prompt's `n` best by mean token logprob, best first,
     re-indexed `prompt_idx * n + i`.
@@ -24,10 +24,10 @@ def select_best(
     Usage is left as the upstream reported it, so `completion_tokens` counts every candidate:
     that is what was generated and what the upstream bills (OpenAI bills best_of the same way).
     """
-    groups: dict[int, list[Json]] = {}
+    groups: dict[int, list[Choice]] = {}
     for c in candidates:
         groups.setdefault(c["index"] // best_of, []).append(c)
-    out: list[Json] = []
+    out: list[Choice] = []
     for prompt_idx in sorted(groups):
         prompt = prompts[prompt_idx] if echo and prompt_idx < len(prompts) else None
         ranked = sorted(groups[prompt_idx], key=lambda c: mean_logprob(c, prompt), reverse=True)
@@ -37,7 +37,7 @@ def select_best(
     return out
 
 
-def mean_logprob(choice: Json, echoed_prompt: Any = None) -> float:
+def mean_logprob(choice: Choice, echoed_prompt: Any = None) -> float:
     """Mean logprob of the generated tokens (null entries skipped); -inf without any, so a
     candidate without logprobs never wins over one with them. With `echo` the leading prompt
     tokens are not part of the generation and are left out."""

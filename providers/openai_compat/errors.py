@@ -1,7 +1,7 @@
 """Upstream failures → the gateway's error tree (gateway/errors.py).
 
 Every message names the target (`provider/model`) so the caller and the operator can tell which
-upstream failed. Upstream bodies come in several shapes (protocol.md §4, §7.2, §8.1):
+upstream failed. Upstream bodies come in several shapes:
 
     {"error": {"message", "type", "param", "code"}}      OpenAI, new vLLM (code may be an int)
     {"error": "Unauthorized"}                            vLLM --api-key
@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.errors import (
+from core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
@@ -31,7 +31,7 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from providers.base import Target
+from core.provider import Target
 
 MAX_MESSAGE = 1000  # upstream texts can be whole HTML pages
 RETRY_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
@@ -77,7 +77,7 @@ _SERVER = Kind(UpstreamError, 502, retry_headers=True, code="upstream_server_err
 KINDS: Mapping[int, Kind] = MappingProxyType(
     {
         400: _INVALID,
-        422: _INVALID,  # FastAPI validation; OpenAI clients expect 400 (protocol.md §9)
+        422: _INVALID,  # FastAPI validation; OpenAI clients expect 400
         401: Kind(UpstreamError, 502, code="upstream_authentication_failed", hint=NOT_CALLERS),
         403: Kind(UpstreamError, 502, code="upstream_permission_denied", hint=NOT_CALLERS),
         404: Kind(UpstreamError, 502, code="upstream_not_found", hint=NOT_CALLERS),
@@ -203,7 +203,7 @@ def _retry_headers(headers: Mapping[str, str], kind: Kind) -> dict[str, str]:
 
 
 def event_error(data: Mapping[str, Any], label: str, secret: str = "") -> GatewayError:
-    """An `{"error": …}` event inside a 200 stream (vLLM sends these, protocol.md §3.4)."""
+    """An `{"error": …}` event inside a 200 stream (vLLM sends one, then `[DONE]`)."""
     detail = detail_of(data)
     error = data.get("error")
     code = error.get("code") if isinstance(error, dict) else None

@@ -1,4 +1,4 @@
-"""Upstream answers → the canonical shape of providers/base.py (protocol.md §2, §3, §9).
+"""Upstream answers → the canonical shape of core/responses.py.
 
 Canonical output is OpenAI's: choices in `prompt_idx * n + i` order with `text`, `index`,
 `logprobs` (legacy four lists, or null) and `finish_reason`. vLLM's per-choice answers to its
@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from gateway.errors import UpstreamError
+from core.errors import UpstreamError
+from core.responses import Choice, Chunk, Completion, Logprobs, Usage
 
 from .errors import bad_answer
 from .stops import StopHoldBack, strip_stop
-
-Json = dict[str, Any]
 
 FINISH: Mapping[str, str] = MappingProxyType(
     {
@@ -32,7 +31,7 @@ FINISH: Mapping[str, str] = MappingProxyType(
         "max_tokens": "length",
     }
 )
-# vLLM's per-choice answers (protocol.md §8.2), kept as the upstream sent them: which field of
+# vLLM's per-choice answers to its extras, kept as the upstream sent them: which field of
 # the request asks for each (`stop_reason` is always there).
 EXTRAS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -45,7 +44,7 @@ FAILED = frozenset({"error", "abort", "cancelled"})
 
 
 @dataclass(frozen=True, slots=True)
-class Shape:
+class Normalization:
     """What the caller asked for that decides the canonical output."""
 
     label: str  # the target, for error messages
@@ -93,7 +92,7 @@ def finish_reason(value: Any, index: int, label: str) -> str | None:
     return FINISH.get(value, "stop")  # an unknown spelling still means the choice ended
 
 
-def legacy_logprobs(raw: Any) -> Json | None:
+def legacy_logprobs(raw: Any) -> Logprobs | None:
     """Legacy `{tokens, token_logprobs, top_logprobs, text_offset}`, from the legacy form (extras
     such as `token_ids` dropped) or from Fireworks' `{"content": [...]}` form."""
     if not isinstance(raw, dict):
@@ -111,10 +110,10 @@ def legacy_logprobs(raw: Any) -> Json | None:
     }
 
 
-def _from_content(content: Sequence[Any]) -> Json:
+def _from_content(content: Sequence[Any]) -> Logprobs:
     entries = [e for e in content if isinstance(e, dict)]
     tokens = [str(e.get("token", "")) for e in entries]
-    offsets = [e.get("text_offset") for e in entries]
+    offsets: list[Any] = [e.get("text_offset") for e in entries]
     return {
         "tokens": tokens,
         "token_logprobs": [e.get("logprob") for e in entries],
@@ -137,7 +136,7 @@ def _offsets(tokens: Iterable[str], start: int) -> list[int]:
     return out
 
 
-def usage(raw: Any) -> Json | None:
+def usage(raw: Any) -> Usage | None:
     """OpenAI usage; Fireworks may send `completion_tokens: null`."""
     if not isinstance(raw, dict):
         return None
@@ -146,14 +145,12 @@ def usage(raw: Any) -> Json | None:
     if type(completion) is not int:
         total = raw.get("total_tokens")
         completion = max(total - prompt, 0) if type(total) is int else 0
-    out: Json = {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-    for key in ("prompt_tokens_details", "completion_tokens_details"):
-        if isinstance(raw.get(key), dict):
-            out[key] = raw[key]
+    total = prompt + completion
+    out = Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+    if isinstance(raw.get("prompt_tokens_details"), dict):
+        out["prompt_tokens_details"] = raw["prompt_tokens_details"]
+    if isinstance(raw.get("completion_tokens_details"), dict):
+        out["completion_tokens_details"] = raw["completion_tokens_details"]
     return out
 
 
@@ -161,7 +158,7 @@ def _count(value: Any) -> int:
     return value if type(value) is int and value >= 0 else 0
 
 
-def choice(raw: Any, position: int, shape: Shape, final: bool) -> Json:
+def choice(raw: Any, position: int, shape: Normalization, final: bool) -> Choice:
     """One canonical choice (or stream delta); `final` for non-stream answers, where a choice
     has always ended."""
     if not isinstance(raw, dict):
@@ -169,22 +166,22 @@ def choice(raw: Any, position: int, shape: Shape, final: bool) -> Json:
     index = raw.get("index")
     index = index if type(index) is int else position
     reason = finish_reason(raw.get("finish_reason"), index, shape.label)
-    out = {
-        "text": raw.get("text") or "",
-        "index": index,
-        "logprobs": legacy_logprobs(raw.get("logprobs")),
-        "finish_reason": reason or ("stop" if final else None),
-    }
+    out = Choice(
+        text=raw.get("text") or "",
+        index=index,
+        logprobs=legacy_logprobs(raw.get("logprobs")),
+        finish_reason=reason or ("stop" if final else None),
+    )
     for key in shape.extras:
         if raw.get(key) is not None:
-            out[key] = raw[key]
+            out[key] = raw[key]  # type: ignore[literal-required]  # keys of EXTRAS, all Choice's
     return out
 
 
 # ---------------------------------------------------------------- whole answers
 
 
-def choices(body: Mapping[str, Any], shape: Shape) -> list[Json]:
+def choices(body: Mapping[str, Any], shape: Normalization) -> list[Choice]:
     """The choices of a non-stream answer, in index order, logprobs still as returned."""
     raw = body.get("choices")
     if not isinstance(raw, list):
@@ -194,14 +191,14 @@ def choices(body: Mapping[str, Any], shape: Shape) -> list[Json]:
     return out
 
 
-def finish(body: Mapping[str, Any], picked: list[Json], shape: Shape) -> Json:
+def finish(body: Mapping[str, Any], picked: list[Choice], shape: Normalization) -> Completion:
     """The canonical completion from the chosen choices."""
     for c in picked:
         if shape.stops:
             strip_stop(c, shape.stops, shape.protected(c["index"]))
         if not shape.want_logprobs:
             c["logprobs"] = None
-    out: Json = {"choices": picked, "usage": usage(body.get("usage"))}
+    out = Completion(choices=picked, usage=usage(body.get("usage")))
     fingerprint = body.get("system_fingerprint")
     if isinstance(fingerprint, str):
         out["system_fingerprint"] = fingerprint
@@ -217,14 +214,14 @@ class StreamNormalizer:
 
     __slots__ = ("_fingerprint", "_hold", "_pending", "_shape", "_usage")
 
-    def __init__(self, shape: Shape) -> None:
+    def __init__(self, shape: Normalization) -> None:
         self._shape = shape
         self._hold = StopHoldBack(shape.stops, shape.protected) if shape.stops else None
         self._usage: Any = None
         self._fingerprint: str | None = None
         self._pending: str | None = None  # a fingerprint not passed on yet
 
-    def feed(self, event: Mapping[str, Any]) -> list[Json]:
+    def feed(self, event: Mapping[str, Any]) -> list[Chunk]:
         if event.get("usage") is not None:
             self._usage = event["usage"]
         fingerprint = event.get("system_fingerprint")
@@ -235,7 +232,7 @@ class StreamNormalizer:
             return []
         deltas = []
         for position, item in enumerate(raw):
-            delta: Json | None = choice(item, position, self._shape, final=False)
+            delta: Choice | None = choice(item, position, self._shape, final=False)
             if self._hold is not None:
                 delta = self._hold.feed(delta)  # type: ignore[arg-type]
             if delta is None:
@@ -246,29 +243,30 @@ class StreamNormalizer:
                 deltas.append(delta)
         if not deltas:
             return []
-        chunk: Json = {"choices": deltas}
-        if self._shape.continuous_usage and event.get("usage") is not None:
-            chunk["usage"] = usage(event["usage"])  # the choice's usage so far
+        chunk = Chunk(choices=deltas)
+        so_far = usage(event.get("usage"))
+        if self._shape.continuous_usage and so_far is not None:
+            chunk["usage"] = so_far  # the choice's usage so far
         return [self._stamp(chunk)]
 
-    def end(self) -> list[Json]:
-        out: list[Json] = []
+    def end(self) -> list[Chunk]:
+        out: list[Chunk] = []
         held = self._hold.flush() if self._hold is not None else []
         if held:
-            out.append(self._stamp({"choices": held}))
+            out.append(self._stamp(Chunk(choices=held)))
         final = usage(self._usage)
         if final is not None:
-            out.append(self._stamp({"choices": [], "usage": final}))
+            out.append(self._stamp(Chunk(choices=[], usage=final)))
         return out
 
-    def _stamp(self, chunk: Json) -> Json:
+    def _stamp(self, chunk: Chunk) -> Chunk:
         if self._pending is not None:
             chunk["system_fingerprint"] = self._pending
             self._pending = None
         return chunk
 
 
-def _carries(delta: Json) -> bool:
+def _carries(delta: Choice) -> bool:
     """Empty deltas (chunked prefill, keep-alives) are not worth a chunk; tokens whose text is
     held back (vLLM's `token_ids`) are."""
     lp = delta["logprobs"]

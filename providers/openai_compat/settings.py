@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.errors import ConfigError
+from core.errors import ConfigError
 
 KEYS = ("type", "base_url", "api_key", "headers", "max_connections", "connect_timeout_s")
 DEFAULT_MAX_CONNECTIONS = 512

@@ -16,10 +16,8 @@ a prompt that happens to end with a stop string.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
-Json = dict[str, Any]
-LOGPROB_LISTS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+from core.responses import Choice, Logprobs
 
 
 def matched_stop(text: str, stops: Sequence[str]) -> str | None:
@@ -32,7 +30,7 @@ def matched_stop(text: str, stops: Sequence[str]) -> str | None:
     return best
 
 
-def strip_stop(choice: Json, stops: Sequence[str], protected: int = 0) -> None:
+def strip_stop(choice: Choice, stops: Sequence[str], protected: int = 0) -> None:
     """Cut a trailing stop string from a canonical choice (in place) if it finished on one; the
     first `protected` characters of its text (an echoed prompt) are not generated text."""
     if choice.get("finish_reason") != "stop":
@@ -41,11 +39,11 @@ def strip_stop(choice: Json, stops: Sequence[str], protected: int = 0) -> None:
     if stop is None or len(choice["text"]) - len(stop) < protected:
         return
     choice["text"] = choice["text"][: len(choice["text"]) - len(stop)]
-    if choice.get("logprobs") is not None:
+    if choice["logprobs"] is not None:
         choice["logprobs"] = trim_logprobs(choice["logprobs"], len(stop))
 
 
-def trim_logprobs(logprobs: Json, chars: int) -> Json:
+def trim_logprobs(logprobs: Logprobs, chars: int) -> Logprobs:
     """Drop the entries of the tokens lying in the last `chars` characters of the text."""
     tokens = list(logprobs["tokens"])
     keep = len(tokens)
@@ -57,26 +55,34 @@ def trim_logprobs(logprobs: Json, chars: int) -> Json:
         else:  # straddles the cut: keep its head
             tokens[keep - 1] = token[: len(token) - chars]
             chars = 0
-    out = {name: list(logprobs[name][:keep]) for name in LOGPROB_LISTS}
-    out["tokens"] = tokens[:keep]
-    return out
+    return Logprobs(
+        tokens=tokens[:keep],
+        token_logprobs=logprobs["token_logprobs"][:keep],
+        top_logprobs=logprobs["top_logprobs"][:keep],
+        text_offset=logprobs["text_offset"][:keep],
+    )
 
 
-def merge(deltas: Sequence[Json]) -> Json:
+def merge(deltas: Sequence[Choice]) -> Choice:
     """Several deltas of one choice as one (text and logprobs concatenated)."""
     if len(deltas) == 1:
         return deltas[0]
     last = deltas[-1]
     parts = [d["logprobs"] for d in deltas if d["logprobs"] is not None]
-    logprobs: Json | None = None
+    logprobs = None
     if parts:
-        logprobs = {name: [x for p in parts for x in p[name]] for name in LOGPROB_LISTS}
-    return {
-        "text": "".join(d["text"] for d in deltas),
-        "index": last["index"],
-        "logprobs": logprobs,
-        "finish_reason": last["finish_reason"],
-    }
+        logprobs = Logprobs(
+            tokens=[x for p in parts for x in p["tokens"]],
+            token_logprobs=[x for p in parts for x in p["token_logprobs"]],
+            top_logprobs=[x for p in parts for x in p["top_logprobs"]],
+            text_offset=[x for p in parts for x in p["text_offset"]],
+        )
+    return Choice(
+        text="".join(d["text"] for d in deltas),
+        index=last["index"],
+        logprobs=logprobs,
+        finish_reason=last["finish_reason"],
+    )
 
 
 class StopHoldBack:
@@ -89,10 +95,10 @@ class StopHoldBack:
         self._stops = tuple(stops)
         self._longest = max(len(s) for s in stops)
         self._protected = protected
-        self._held: dict[int, list[Json]] = {}  # choice index → deltas not sent yet
+        self._held: dict[int, list[Choice]] = {}  # choice index → deltas not sent yet
         self._sent: dict[int, int] = {}  # choice index → characters already released
 
-    def feed(self, delta: Json) -> Json | None:
+    def feed(self, delta: Choice) -> Choice | None:
         """What may be sent now of this choice, merged into one delta, or None."""
         index = delta["index"]
         held = self._held.setdefault(index, [])
@@ -103,7 +109,7 @@ class StopHoldBack:
             strip_stop(done, self._stops, self._unsent_protected(index))
             return done
         start = self._risky_start("".join(d["text"] for d in held))
-        released: list[Json] = []
+        released: list[Choice] = []
         end = 0
         while held and end + len(held[0]["text"]) <= start:
             end += len(held[0]["text"])
@@ -119,7 +125,7 @@ class StopHoldBack:
             return 0
         return max(0, self._protected(index) - self._sent.get(index, 0))
 
-    def flush(self) -> list[Json]:
+    def flush(self) -> list[Choice]:
         """The stream ended without finishing some choices: send what was held as it is."""
         out = [merge(held) for held in self._held.values() if held]
         self._held.clear()

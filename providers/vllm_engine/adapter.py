@@ -14,35 +14,36 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from gateway.embeddings import EmbeddingRequest
-from gateway.errors import GatewayError, InvalidRequest, UpstreamTimeout
-from gateway.schemas import CompletionRequest
-from providers.base import Prepared, Target, completion_of
+from core.completions import CompletionRequest
+from core.embeddings import EmbeddingRequest
+from core.errors import GatewayError, InvalidRequest, UpstreamTimeout
+from core.provider import Adapter, Prepared, Target
+from core.responses import Choice, Chunk, Completion, Embeddings
+from providers import vllm_checks
 from providers.params import apply_rules
-from providers.vllm_engine import beams, output, pooling, requests
-from providers.vllm_engine.context import fit
+from providers.vllm_engine import output, pooling, submit
 from providers.vllm_engine.engine import Engine
 from providers.vllm_engine.errors import engine_error
-from providers.vllm_engine.fanout import Fanout, beam_fanout, fanout, select, temperature_of
+from providers.vllm_engine.fanout import beam_fanout, fanout, select, temperature_of
+from providers.vllm_engine.pooling import EngineEmbedding
 from providers.vllm_engine.rules import RULES
-from providers.vllm_engine.sampling import Generation, build, sampling_kwargs
+from providers.vllm_engine.sampling import Generation, sampling_kwargs
 from providers.vllm_engine.settings import parse_settings
+from providers.vllm_engine.submit import EngineCompletion
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-Json = dict[str, Any]
+T = TypeVar("T")
+
 # Fields the adapter reads from the validated request itself, whatever the rules say.
 SELF_SET = ("model", "prompt", "stream", "max_tokens", "n")
 CONTEXT = "context_length_exceeded_behavior"
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs
-LOGPROB_FIELDS = (("logprobs", "sample"), ("prompt_logprobs", "prompt"))  # vLLM's wording
 GENERATE = "generate"  # vLLM's task name for text generation
 # What a caller hears when the engine's model cannot do the endpoint's task.
 WRONG_TASK: Mapping[str, str] = {
@@ -54,42 +55,7 @@ WRONG_TASK: Mapping[str, str] = {
 }
 
 
-def check_request(request: CompletionRequest, max_logprobs: int) -> None:
-    """What vLLM's server refuses before any work, as 400s naming the field: empty prompts,
-    prompt embeddings (the engine serves text and token ids), logprobs and prompt_logprobs
-    above the engine's cap."""
-    if "prompt_embeds" in request.fields:
-        raise InvalidRequest(
-            "'prompt_embeds' is not supported by the in-process vLLM engine: send the prompt "
-            "as text or token ids.",
-            param="prompt_embeds",
-        )
-    for i, prompt in enumerate(request.prompts):
-        if prompt == "":
-            name = "prompt" if isinstance(request.fields["prompt"], str) else f"prompt[{i}]"
-            raise InvalidRequest("The prompt must not be empty.", param=name)
-    for name, kind in LOGPROB_FIELDS:
-        asked = request.fields.get(name)
-        if asked is not None and max_logprobs != -1 and not 0 <= asked <= max_logprobs:
-            raise InvalidRequest(
-                f"Requested {kind} logprobs of {asked}, which is greater than max allowed: "
-                f"{max_logprobs}.",
-                param=name,
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """One request mapped for the engine: `Prepared.state`."""
-
-    body: Mapping[str, Any]  # the fields `sampling` reads
-    fan: Fanout
-    shape: output.Shape
-    truncate: bool
-    beam: bool  # vLLM's beam search (`beams`) instead of sampling
-
-
-class VllmEngineProvider:
+class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding]):
     type_tags: ClassVar[tuple[str, ...]] = ("vllm",)
     reloadable: ClassVar[bool] = False  # a second engine beside this one: twice the memory
 
@@ -101,6 +67,10 @@ class VllmEngineProvider:
         # vLLM's cap on logprobs and prompt_logprobs (-1: none), from the engine's arguments.
         args = engine.settings.engine_args
         self.max_logprobs: int = args.get("max_logprobs", MAX_LOGPROBS)
+
+    @classmethod
+    def check_config(cls, type_tag: str, settings: Mapping[str, Any], path: str) -> None:
+        parse_settings(settings, path)
 
     @classmethod
     def from_config(
@@ -125,9 +95,10 @@ class VllmEngineProvider:
 
     # ------------------------------------------------------------ mapping
 
-    def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
+    def prepare(self, request: CompletionRequest, target: Target) -> Prepared[EngineCompletion]:
+        vllm_checks.check(request.fields)
         self._check_serves(GENERATE, target)
-        check_request(request, self.max_logprobs)
+        submit.check_request(request, self.max_logprobs)
         applied = apply_rules(
             RULES,
             request.fields,
@@ -149,15 +120,17 @@ class VllmEngineProvider:
         # Every 400 that does not need the engine comes out here, before any work.
         sampling_kwargs(body, Generation(fan.generate, request.max_tokens, request.stream))
         # As the caller asked (best_of's ranking logprobs are not shown).
-        shape = output.Shape.of(
+        shape = output.Rendering.of(
             {**body, "logprobs": request.logprobs, "max_tokens": request.max_tokens},
             continuous_usage=request.continuous_usage,
         )
         truncate = request.fields.get(CONTEXT) == "truncate"
-        plan = Plan(body, fan, shape, truncate, beam)
-        return Prepared(target, request, applied.dropped, plan)
+        plan = EngineCompletion(body, fan, shape, truncate, beam, request)
+        return Prepared(target, applied.dropped, plan)
 
-    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared:
+    def prepare_embedding(
+        self, request: EmbeddingRequest, target: Target
+    ) -> Prepared[EngineEmbedding]:
         self._check_serves(pooling.TASK, target)
         applied = apply_rules(
             pooling.RULES,
@@ -168,8 +141,11 @@ class VllmEngineProvider:
         )
         if self.engine.ready():  # a refused `dimensions` comes out before any work
             pooling.verified(applied.body, self.engine.llm.model_config)
-        plan = pooling.EmbedPlan(applied.body, request.encoding_format)
-        return Prepared(target, request, applied.dropped, plan)
+        plan = EngineEmbedding(applied.body, request.encoding_format, request)
+        return Prepared(target, applied.dropped, plan)
+
+    def _request_id(self) -> str:
+        return f"{self._prefix}{next(self._count)}"
 
     def _check_serves(self, task: str, target: Target) -> None:
         """A 400 naming `model` when the engine runs a model that cannot do `task` (known once
@@ -180,24 +156,22 @@ class VllmEngineProvider:
 
     # ------------------------------------------------------------ serving
 
-    async def embed(self, prepared: Prepared) -> Json:
+    async def embed(self, prepared: Prepared[EngineEmbedding]) -> Embeddings:
         llm = self.engine.llm
         target = prepared.target
         self._check_serves(pooling.TASK, target)
-        assert isinstance(prepared.request, EmbeddingRequest)
-        rid = f"{self._prefix}{next(self._count)}"
-        work = pooling.embed(llm, prepared.request, prepared.state, rid, target.label)
-        result: Json = await _guarded(work, target)
-        return result
+        work = pooling.embed(llm, prepared.state, self._request_id(), target.label)
+        return await _guarded(work, target)
 
-    async def complete(self, prepared: Prepared) -> Json:
+    async def complete(self, prepared: Prepared[EngineCompletion]) -> Completion:
         llm = self.engine.llm
         self._check_serves(GENERATE, prepared.target)
         label = prepared.target.label
         try:
             async with asyncio.timeout(prepared.target.timeout_s):
-                inputs, generators = await self._submit(llm, prepared, stream=False)
-                results = await requests.finals(generators)
+                started = submit.start(llm, prepared.state, self._request_id(), stream=False)
+                inputs, generators = await started
+                results = await submit.finals(generators)
         except TimeoutError:
             raise _timeout(prepared.target) from None
         except GatewayError:
@@ -206,12 +180,15 @@ class VllmEngineProvider:
             raise engine_error(exc, label) from None
         return _document(results, inputs, prepared.state, llm.renderer.tokenizer)
 
-    async def stream(self, prepared: Prepared) -> AsyncGenerator[list[Json], None]:
+    async def stream(
+        self, prepared: Prepared[EngineCompletion]
+    ) -> AsyncGenerator[list[Chunk], None]:
         llm = self.engine.llm
-        plan: Plan = prepared.state
+        plan = prepared.state
         target = prepared.target
         self._check_serves(GENERATE, target)
-        inputs, generators = await _guarded(self._submit(llm, prepared, stream=True), target)
+        started = submit.start(llm, plan, self._request_id(), stream=True)
+        inputs, generators = await _guarded(started, target)
         state = output.RequestStream(
             plan.shape,
             plan.fan.keep,
@@ -220,7 +197,7 @@ class VllmEngineProvider:
             [_text(i) for i in inputs],
             copies=plan.fan.copies,
         )
-        merged = requests.merge(generators)
+        merged = submit.merge(generators)
         wait = target.first_byte_s or target.timeout_s  # the first output may wait longer
         async with aclosing(merged):
             while True:
@@ -234,43 +211,8 @@ class VllmEngineProvider:
                     yield chunks
         yield [state.usage_chunk()]
 
-    async def _submit(
-        self, llm: AsyncLLM, prepared: Prepared, *, stream: bool
-    ) -> tuple[list[Any], list[AsyncGenerator[RequestOutput, None]]]:
-        """Render the prompts, fit them in the window and start one engine request per prompt
-        (started lazily: nothing runs until the generators are iterated)."""
-        plan: Plan = prepared.state
-        req = completion_of(prepared)
-        if req.prompt_is_tokens:  # before rendering: a 400 naming the prompt, as vLLM's server
-            for ids in req.prompts:
-                if isinstance(ids, list):
-                    llm.renderer.validate_token_ids(ids, parameter="prompt")
-        window = llm.model_config.max_model_len
-        tokenizing = requests.completion_tokenizing(plan.body, req, window)
-        inputs = await requests.render(llm, req.prompts, tokenizing)
-        lengths = [len(i["prompt_token_ids"]) for i in inputs]
-        budgets = fit(lengths, req.max_tokens, window, plan.truncate)
-        rid = f"{self._prefix}{next(self._count)}"
-        if plan.beam:
-            n = plan.fan.generate
-            return inputs, [
-                beams.search(llm, inp, f"{rid}-{i}", beams.beam_kwargs(plan.body, n, budget))
-                for i, (inp, budget) in enumerate(zip(inputs, budgets, strict=True))
-            ]
-        params: dict[int, Any] = {}
-        for budget in budgets:
-            if budget not in params:
-                gen = Generation(plan.fan.generate, budget, stream)
-                params[budget] = build(sampling_kwargs(plan.body, gen))
-        priority = plan.body.get("priority", 0)
-        generators = [
-            llm.generate(inp, params[budget], f"{rid}-{i}", priority=priority)
-            for i, (inp, budget) in enumerate(zip(inputs, budgets, strict=True))
-        ]
-        return inputs, generators
 
-
-async def _guarded(step: Any, target: Target, seconds: float | None = None) -> Any:
+async def _guarded(step: Awaitable[T], target: Target, seconds: float | None = None) -> T:
     """One await on the engine, bounded by `seconds` (default: the target's timeout; for
     streams: per output), with the engine's exceptions as gateway errors. StopAsyncIteration
     passes through."""
@@ -301,10 +243,10 @@ def _text(engine_input: Mapping[str, Any]) -> str | None:
 
 
 def _document(
-    results: Sequence[RequestOutput], inputs: Sequence[Any], plan: Plan, tokenizer: Any
-) -> Json:
+    results: Sequence[RequestOutput], inputs: Sequence[Any], plan: EngineCompletion, tokenizer: Any
+) -> Completion:
     """The canonical answer: each prompt's selected sequences, choices numbered in order."""
-    choices: list[Json] = []
+    choices: list[Choice] = []
     for result, engine_input in zip(results, inputs, strict=True):
         prompt = output.prompt_of(result, _text(engine_input))
         for seq in select(result.outputs, plan.fan):

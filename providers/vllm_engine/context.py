@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.errors import ContextLengthExceeded
+from core.errors import ContextLengthExceeded
 from providers.openai_compat.context import too_long
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gateway.errors import ServiceUnavailable
+from core.errors import ServiceUnavailable
 from providers.vllm_engine.mirostat import LOGITS_PROCESSOR
 from providers.vllm_engine.settings import EngineSettings
 

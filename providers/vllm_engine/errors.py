@@ -4,7 +4,7 @@ failing engine a 5xx that names the target, never a traceback."""
 
 from __future__ import annotations
 
-from gateway.errors import GatewayError, InvalidRequest, ServiceUnavailable, UpstreamError
+from core.errors import GatewayError, InvalidRequest, ServiceUnavailable, UpstreamError
 
 
 def engine_error(exc: Exception, label: str) -> GatewayError:

@@ -1,4 +1,4 @@
-"""Mirostat v2 (protocol.md §7.4) as a per-sequence logits callable, without vLLM.
+"""Mirostat v2, llama.cpp's version, as a per-sequence logits callable, without vLLM.
 
 Importing this module imports neither vLLM nor torch: the gateway calls `validate` while it
 checks a request. The engine side (`mirostat_lp.MirostatLP`) hands each sequence its own
@@ -11,7 +11,8 @@ Per step, for a sequence with target τ (bits) and learning rate η:
    set every other logit to -inf; the sampler then samples from the renormalised survivors.
 
 s is measured on the renormalised truncated distribution the token was sampled from (llama.cpp's
-choice, §7.4 point 5), so the state keeps the survivors' renormalised surprises for one step.
+choice; the authors' reference code used the untruncated one), so the state keeps the survivors'
+renormalised surprises for one step.
 
 Where the logits come from: `MirostatLP` is argmax-invariant, so vLLM applies it inside the
 sampler after penalties, temperature and min_p and before top-k/top-p (llama.cpp's chain also
@@ -111,7 +112,7 @@ class MirostatState:
     def __init__(self, target: float, lr: float) -> None:
         self.target = target
         self.lr = lr
-        self.mu = 2.0 * target  # llama.cpp's reset value (§7.4 point 1)
+        self.mu = 2.0 * target  # μ = 2τ at each sequence's start, llama.cpp's reset value
         self.last_surprise: float | None = None  # s of the latest observed token, for tests/logs
         self._seen = 0  # len(output_ids) at the previous call
         # The previous call's survivors and their renormalised surprises (bits).

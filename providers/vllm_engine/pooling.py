@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
-from gateway.embeddings import VLLM_FIELDS, EmbeddingRequest, encode
-from gateway.errors import ContextLengthExceeded, InvalidRequest, ServiceUnavailable, UpstreamError
+from core.embeddings import VLLM_FIELDS, EmbeddingRequest, encode
+from core.errors import ContextLengthExceeded, InvalidRequest, ServiceUnavailable, UpstreamError
+from core.responses import Embeddings
 from providers.params import EMULATE, UNKNOWN, Action, Rule, passes
-from providers.vllm_engine import requests
+from providers.vllm_engine import submit
 
 if TYPE_CHECKING:
     from vllm import PoolingParams
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from vllm.outputs import PoolingRequestOutput
     from vllm.v1.engine.async_llm import AsyncLLM
 
-Json = dict[str, Any]
 TASK: Final = "embed"
 
 RULES: Mapping[str, Rule] = MappingProxyType(
@@ -44,11 +44,12 @@ RULES: Mapping[str, Rule] = MappingProxyType(
 
 
 @dataclass(frozen=True, slots=True)
-class EmbedPlan:
-    """One embeddings request mapped for the engine: `Prepared.state`."""
+class EngineEmbedding:
+    """An embeddings request mapped for the engine: `Prepared.state`."""
 
     body: Mapping[str, Any]  # the fields the engine serves
     encoding: str  # "float" | "base64"
+    request: EmbeddingRequest  # as validated: its inputs
 
 
 def verified(body: Mapping[str, Any], config: ModelConfig) -> PoolingParams:
@@ -68,19 +69,18 @@ def verified(body: Mapping[str, Any], config: ModelConfig) -> PoolingParams:
     return params
 
 
-async def embed(
-    llm: AsyncLLM, req: EmbeddingRequest, plan: EmbedPlan, rid: str, label: str
-) -> Json:
-    """The canonical answer (providers/base.py) for one request on a pooling engine."""
+async def embed(llm: AsyncLLM, plan: EngineEmbedding, rid: str, label: str) -> Embeddings:
+    """The canonical answer for one request on a pooling engine."""
+    req = plan.request
     params = verified(plan.body, llm.model_config)
     if req.input_is_tokens:
         for ids in req.inputs:
             llm.renderer.validate_token_ids(ids, parameter="input")  # type: ignore[arg-type]
-    tokenizing = requests.embedding_tokenizing(plan.body, llm)
-    inputs = await requests.render(llm, req.inputs, tokenizing)
+    tokenizing = submit.embedding_tokenizing(plan.body, llm)
+    inputs = await submit.render(llm, req.inputs, tokenizing)
     check_lengths([len(i["prompt_token_ids"]) for i in inputs], llm.model_config.max_model_len)
     priority = plan.body.get("priority", 0)
-    results = await requests.finals(
+    results = await submit.finals(
         [llm.encode(inp, params, f"{rid}-{i}", priority=priority) for i, inp in enumerate(inputs)]
     )
     return document(results, plan.encoding, label)
@@ -98,7 +98,7 @@ def check_lengths(lengths: list[int], window: int) -> None:
             )
 
 
-def document(results: list[PoolingRequestOutput], encoding: str, label: str) -> Json:
+def document(results: list[PoolingRequestOutput], encoding: str, label: str) -> Embeddings:
     vectors: list[Any] = []
     for result in results:
         error = result.error
@@ -107,7 +107,7 @@ def document(results: list[PoolingRequestOutput], encoding: str, label: str) -> 
         values = result.outputs.data.tolist()
         vectors.append(encode(values) if encoding == "base64" else values)
     tokens = sum(len(r.prompt_token_ids or ()) for r in results)
-    return {"data": vectors, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    return Embeddings(data=vectors, usage={"prompt_tokens": tokens, "total_tokens": tokens})
 
 
 def _failed(message: str, retryable: bool, label: str) -> Exception:

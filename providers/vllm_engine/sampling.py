@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import InvalidRequest
+from core.errors import InvalidRequest
 from providers.vllm_engine import mirostat
 
 # Defaults for unset fields: vLLM server's CompletionRequest._DEFAULT_SAMPLING_PARAMS.

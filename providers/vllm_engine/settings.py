@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from gateway.errors import ConfigError
+from core.errors import ConfigError
 
 KEYS = ("type", "model", "engine_args")
 # Arguments the gateway sets itself: the model comes from `model`, and the Mirostat logits

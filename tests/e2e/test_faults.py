@@ -1,6 +1,7 @@
 """Faults injected by the scripted upstreams, seen through the openai SDK: 500s, 429 with
 retry-after, a slow first byte, a refused and a reset connection, a stream cut in the middle,
-circuit breakers; and the SDK's own retries against the gateway's answers (protocol.md §4.3).
+circuit breakers; and the SDK's own retries against the gateway's answers (it retries 408,
+409, 429 and 5xx unless `x-should-retry` says otherwise).
 
 The module has a gateway of its own, with breakers on. Every test uses aliases of its own, on
 upstream model ids of their own, so one test's failures never open another test's circuit.

@@ -23,8 +23,8 @@ import pytest
 import yaml
 from openai import NotFoundError, OpenAI, RateLimitError
 
+from core.errors import ConfigError
 from gateway.config import parse
-from gateway.errors import ConfigError
 from tests.e2e.metrics_text import Scrape, scrape
 from tests.e2e.support import POLL_DEADLINE_S, POLL_INTERVAL_S
 from tests.gateway_proc import GatewayProcess

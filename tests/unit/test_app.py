@@ -11,17 +11,18 @@ import httpx
 import orjson
 import pytest
 
+from core.completions import CompletionRequest
+from core.embeddings import EmbeddingRequest
+from core.errors import GatewayError, UpstreamError
+from core.provider import Adapter, Prepared, Target
 from gateway.app import create_app
-from gateway.config import Config, KeyConfig, ModelConfig, ServerConfig
-from gateway.errors import GatewayError, UpstreamError
-from gateway.schemas import CompletionRequest
-from gateway.strategy import Group, Leaf
-from providers.base import Prepared, Target
+from gateway.config import Config, KeyConfig, ModelConfig, ProviderConfig, ServerConfig
+from gateway.trees import Group, Leaf
 
 pytestmark = pytest.mark.asyncio
 
 
-class FakeProvider:
+class FakeProvider(Adapter[CompletionRequest, None]):
     """Answers with one choice per prompt and n; scripted failures by prompt text."""
 
     type_tags: ClassVar[tuple[str, ...]] = ("fake",)
@@ -41,25 +42,31 @@ class FakeProvider:
     def ready(self) -> bool:
         return True
 
-    def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
+    def prepare(self, request: CompletionRequest, target: Target) -> Prepared[CompletionRequest]:
         dropped = tuple(n for n in request.unknown if n.startswith("drop_"))
-        return Prepared(target, request, dropped)
+        return Prepared(target, dropped, request)
 
-    def _choices(self, p: Prepared) -> list[dict[str, Any]]:
-        n = p.request.n
+    def _choices(self, p: Prepared[CompletionRequest]) -> list[dict[str, Any]]:
+        n = p.state.n
         return [
             {"text": f"{self.name}:{i}", "index": i, "logprobs": None, "finish_reason": "length"}
-            for i in range(p.request.n_prompts * n)
+            for i in range(p.state.n_prompts * n)
         ]
 
-    async def complete(self, prepared: Prepared) -> dict[str, Any]:
+    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[None]:
+        raise NotImplementedError
+
+    async def embed(self, prepared: Prepared[None]) -> Any:
+        raise NotImplementedError
+
+    async def complete(self, prepared: Prepared[CompletionRequest]) -> Any:
         self.calls += 1
         if self.fail:
             raise self.fail
         usage = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
         return {"choices": self._choices(prepared), "usage": usage}
 
-    async def stream(self, prepared: Prepared) -> AsyncIterator[list[dict[str, Any]]]:
+    async def stream(self, prepared: Prepared[CompletionRequest]) -> AsyncIterator[Any]:
         self.calls += 1
         if self.fail:
             raise self.fail
@@ -71,7 +78,7 @@ class FakeProvider:
                 {"choices": [{**c, "text": "b", "finish_reason": None}]},
             ]
             yield [{"choices": [{**c, "text": ""}]}]
-        if prepared.request.fields["prompt"] == "break":
+        if prepared.state.fields["prompt"] == "break":
             raise UpstreamError("Upstream x/y broke mid-stream", target="x/y")
         usage = {"prompt_tokens": 1, "completion_tokens": 4, "total_tokens": 5}
         yield [{"choices": [], "usage": usage}]
@@ -96,7 +103,7 @@ def _config(providers: dict[str, FakeProvider]) -> Config:
     return Config(
         server=ServerConfig(max_body_bytes=2048),
         keys=(key("a", "sk-a", ("m", "org/*"), ("good",)), key("b", "sk-b", ("m", "fb"))),
-        providers=providers,
+        providers={name: ProviderConfig(name, {"type": "fake"}) for name in providers},
         models={
             "m": model("m", "single", "good"),
             "org/model-1": model("org/model-1", "single", "good"),
@@ -111,7 +118,7 @@ async def setup() -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, FakeProvid
         "good": FakeProvider("good"),
         "bad": FakeProvider("bad", UpstreamError("Upstream bad/x returned 503", status=502)),
     }
-    app = create_app(_config(providers))
+    app = create_app(_config(providers), build=lambda block: providers[block.name])
     await app.state.runtime.start()
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
@@ -316,7 +323,7 @@ async def test_midstream_error_is_an_event_then_done(setup: Any) -> None:
 
 async def test_stream_error_before_first_byte_is_json(setup: Any) -> None:
     providers = {"good": FakeProvider("good", UpstreamError("Upstream down", status=502))}
-    app = create_app(_config(providers))
+    app = create_app(_config(providers), build=lambda block: providers[block.name])
     await app.state.runtime.start()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
         r = await post(c, {"model": "m", "prompt": "x", "stream": True})

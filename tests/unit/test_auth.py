@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import AuthenticationFailed, ModelNotFound, PermissionDenied
 from gateway import config
 from gateway.auth import Authenticator
-from gateway.errors import AuthenticationFailed, ModelNotFound, PermissionDenied
-from gateway.routing import Router
-from gateway.strategy import Group, leaves
+from gateway.plans import Router
+from gateway.trees import Group, leaves
 
 CFG = config.parse(
     """

@@ -6,6 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import (
+    GatewayError,
+    InvalidRequest,
+    RequestTimeout,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
 from gateway.circuits import (
     ANY_MODEL,
     CLOSED,
@@ -15,14 +23,6 @@ from gateway.circuits import (
     Breaker,
     CircuitPolicy,
     is_failure,
-)
-from gateway.errors import (
-    GatewayError,
-    InvalidRequest,
-    RequestTimeout,
-    UpstreamError,
-    UpstreamTimeout,
-    UpstreamUnreachable,
 )
 
 POLICY = CircuitPolicy(failures=3, cooldown_s=10.0)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import ConfigError
 from gateway import config
 from gateway.__main__ import is_loopback
-from gateway.errors import ConfigError
-from gateway.strategy import Group
+from gateway.trees import Group
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from core.embeddings import decode, document, encode, validate_embedding
+from core.errors import ConfigError, InvalidRequest
 from gateway import config
 from gateway.auth import Authenticator
-from gateway.embeddings import decode, document, encode, validate_embedding
-from gateway.errors import ConfigError, InvalidRequest
-from gateway.routing import Router
+from gateway.plans import Router
 
 
 def parse(**fields: Any) -> Any:
@@ -155,7 +155,7 @@ TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible")
 
 @pytest.mark.parametrize("tag", TAGS)
 def test_every_embeddings_field_has_a_row_in_every_dialect(tag: str) -> None:
-    from gateway.embeddings import FIELDS
+    from core.embeddings import FIELDS
     from providers.openai_compat.embeddings import RULES
     from providers.params import UNKNOWN
 
@@ -165,7 +165,7 @@ def test_every_embeddings_field_has_a_row_in_every_dialect(tag: str) -> None:
 def prepared_body(tag: str, policy: str = "reject", **fields: Any) -> dict[str, Any]:
     import orjson
 
-    from providers.base import Target
+    from core.provider import Target
     from providers.openai_compat import OpenAICompatProvider
 
     provider = OpenAICompatProvider.from_config(
@@ -222,7 +222,7 @@ def test_upstream_answers_in_the_callers_format() -> None:
     ],
 )
 def test_bad_upstream_answers_are_upstream_errors(body: dict[str, Any]) -> None:
-    from gateway.errors import UpstreamError
+    from core.errors import UpstreamError
     from providers.openai_compat.embeddings import answer
 
     with pytest.raises(UpstreamError):

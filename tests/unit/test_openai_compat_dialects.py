@@ -7,11 +7,11 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.errors import ConfigError, InvalidRequest, UnsupportedParameter
-from gateway.schemas import FIELDS, SUB_FIELDS, VLLM_FIELDS, RequestLimits, validate_completion
-from providers.base import Target
+from core.completions import FIELDS, SUB_FIELDS, VLLM_FIELDS, RequestLimits, validate_completion
+from core.errors import ConfigError, InvalidRequest, UnsupportedParameter
+from core.provider import Target
 from providers.openai_compat import OpenAICompatProvider
-from providers.openai_compat.adapter import Plan
+from providers.openai_compat.adapter import UpstreamCompletion
 from providers.openai_compat.dialects import DIALECTS
 from providers.params import DROP, EMULATE, REJECT, UNKNOWN, Action, apply_rules, passes
 
@@ -34,7 +34,7 @@ def target(policy: str = "reject") -> Target:
 
 def body_of(tag: str, policy: str = "reject", **fields: Any) -> dict[str, Any]:
     prepared = provider(tag).prepare(request(**fields), target(policy))
-    plan: Plan = prepared.state
+    plan: UpstreamCompletion = prepared.state
     assert orjson.loads(plan.payload) == plan.body  # serialized once, the same thing
     return dict(plan.body)
 

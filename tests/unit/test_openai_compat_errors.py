@@ -8,7 +8,7 @@ import aiohttp
 import orjson
 import pytest
 
-from gateway.errors import (
+from core.errors import (
     ContextLengthExceeded,
     InvalidRequest,
     PayloadTooLarge,

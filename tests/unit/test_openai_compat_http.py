@@ -11,7 +11,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.errors import (
+from core.completions import RequestLimits, validate_completion
+from core.errors import (
     ContextLengthExceeded,
     InvalidRequest,
     RateLimited,
@@ -19,8 +20,7 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from gateway.schemas import RequestLimits, validate_completion
-from providers.base import Prepared, Target
+from core.provider import Prepared, Target
 from providers.openai_compat import OpenAICompatProvider
 
 Responder = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import UpstreamError
+from core.errors import UpstreamError
 from providers.openai_compat.emulate import completion_room, mean_logprob, select_best
 from providers.openai_compat.normalize import (
-    Shape,
+    Normalization,
     StreamNormalizer,
     choices,
     extras_for,
@@ -37,7 +37,7 @@ def lp(*pairs: tuple[str, float | None], start: int = 0) -> dict[str, Any]:
     }
 
 
-def complete(body: dict[str, Any], shape: Shape) -> dict[str, Any]:
+def complete(body: dict[str, Any], shape: Normalization) -> dict[str, Any]:
     return finish(body, choices(body, shape), shape)
 
 
@@ -61,7 +61,7 @@ def test_choices_ordered_by_index_and_extras_dropped() -> None:
         "perf_metrics": {},
         "system_fingerprint": "fp_1",
     }
-    out = complete(body, Shape(LABEL, want_logprobs=False))
+    out = complete(body, Normalization(LABEL, want_logprobs=False))
     assert out == {
         "choices": [
             {"text": "a", "index": 0, "logprobs": None, "finish_reason": "stop"},
@@ -76,7 +76,7 @@ def test_choices_ordered_by_index_and_extras_dropped() -> None:
 def test_failed_finish_reason_is_an_upstream_error(reason: str) -> None:
     body = {"choices": [{"index": 0, "text": "x", "finish_reason": reason}]}
     with pytest.raises(UpstreamError) as exc:
-        complete(body, Shape(LABEL, False))
+        complete(body, Normalization(LABEL, False))
     assert exc.value.status == 502
     assert LABEL in exc.value.message
     assert repr(reason) in exc.value.message
@@ -84,7 +84,7 @@ def test_failed_finish_reason_is_an_upstream_error(reason: str) -> None:
 
 def test_missing_choices_is_a_bad_answer() -> None:
     with pytest.raises(UpstreamError) as exc:
-        complete({"object": "text_completion"}, Shape(LABEL, False))
+        complete({"object": "text_completion"}, Normalization(LABEL, False))
     assert exc.value.code == "upstream_bad_response"
     assert LABEL in exc.value.message
 
@@ -93,8 +93,8 @@ def test_logprobs_removed_unless_requested() -> None:
     body = {
         "choices": [{"index": 0, "text": "a", "finish_reason": "stop", "logprobs": lp(("a", -1.0))}]
     }
-    assert complete(body, Shape(LABEL, False))["choices"][0]["logprobs"] is None
-    assert complete(body, Shape(LABEL, True))["choices"][0]["logprobs"] == lp(("a", -1.0))
+    assert complete(body, Normalization(LABEL, False))["choices"][0]["logprobs"] is None
+    assert complete(body, Normalization(LABEL, True))["choices"][0]["logprobs"] == lp(("a", -1.0))
 
 
 def test_fireworks_content_logprobs_to_legacy() -> None:
@@ -218,7 +218,7 @@ def test_trim_logprobs_whole_tokens() -> None:
 
 def test_non_stream_fireworks_stop_stripped() -> None:
     body = {"choices": [{"index": 0, "text": "1, 2, 3\n\n", "finish_reason": "stop"}]}
-    out = complete(body, Shape(LABEL, False, stops=("\n\n",)))
+    out = complete(body, Normalization(LABEL, False, stops=("\n\n",)))
     assert out["choices"][0]["text"] == "1, 2, 3"
 
 
@@ -294,7 +294,7 @@ def test_holdback_never_cuts_an_echoed_prompt() -> None:
 
 
 def test_stream_fireworks_usage_on_last_chunk_split_off() -> None:
-    norm = StreamNormalizer(Shape(LABEL, False))
+    norm = StreamNormalizer(Normalization(LABEL, False))
     usage_raw = {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
     out = norm.feed({"choices": [{"index": 0, "text": "Hi", "finish_reason": None}], "usage": None})
     assert out == [{"choices": [delta("Hi")]}]
@@ -309,7 +309,7 @@ def test_stream_fireworks_usage_on_last_chunk_split_off() -> None:
 
 
 def test_stream_openai_usage_chunk_passed_on_last() -> None:
-    norm = StreamNormalizer(Shape(LABEL, False))
+    norm = StreamNormalizer(Normalization(LABEL, False))
     assert norm.feed({"choices": [{"index": 0, "text": "x", "finish_reason": "length"}]}) == [
         {"choices": [delta("x", finish="length")]}
     ]
@@ -334,7 +334,7 @@ USAGE_2 = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
 def test_stream_continuous_usage_stays_on_its_chunk() -> None:
     """vLLM's continuous_usage_stats: each content chunk keeps its choice's usage so far; the
     request's usage still comes last, on its own."""
-    norm = StreamNormalizer(Shape(LABEL, False, continuous_usage=True))
+    norm = StreamNormalizer(Normalization(LABEL, False, continuous_usage=True))
     first = {"choices": [{"index": 0, "text": "a", "finish_reason": None}], "usage": USAGE_1}
     assert norm.feed(first) == [{"choices": [delta("a")], "usage": USAGE_1}]
     last = {"choices": [{"index": 0, "text": "b", "finish_reason": "length"}], "usage": USAGE_2}
@@ -342,13 +342,13 @@ def test_stream_continuous_usage_stays_on_its_chunk() -> None:
     assert norm.feed({"choices": [], "usage": USAGE_2}) == []
     assert norm.end() == [{"choices": [], "usage": USAGE_2}]
     # Without it, usage on a content chunk is the request's (Fireworks' last chunk).
-    plain = StreamNormalizer(Shape(LABEL, False))
+    plain = StreamNormalizer(Normalization(LABEL, False))
     assert plain.feed(last) == [{"choices": [delta("b", finish="length")]}]
     assert plain.end() == [{"choices": [], "usage": USAGE_2}]
 
 
 def test_extras_kept_when_asked_and_not_null() -> None:
-    shape = Shape(LABEL, False, extras=extras_for({"return_token_ids": True}))
+    shape = Normalization(LABEL, False, extras=extras_for({"return_token_ids": True}))
     raw = {
         "index": 0,
         "text": "a",
@@ -379,7 +379,9 @@ def test_extras_kept_when_asked_and_not_null() -> None:
 def test_stream_tokens_whose_text_is_held_back_still_go_out() -> None:
     """vLLM sends a token whose text waits (a possible stop string) with empty text: its id
     must reach the caller, or the ids would not add up."""
-    norm = StreamNormalizer(Shape(LABEL, False, extras=extras_for({"return_token_ids": True})))
+    norm = StreamNormalizer(
+        Normalization(LABEL, False, extras=extras_for({"return_token_ids": True}))
+    )
     first = {"index": 0, "text": "", "prompt_token_ids": [1], "token_ids": [9]}
     assert norm.feed({"choices": [first]}) == [
         {"choices": [{**delta(""), "prompt_token_ids": [1], "token_ids": [9]}]}
@@ -388,14 +390,14 @@ def test_stream_tokens_whose_text_is_held_back_still_go_out() -> None:
 
 
 def test_stream_skips_empty_deltas_and_no_usage_when_unknown() -> None:
-    norm = StreamNormalizer(Shape(LABEL, False))
+    norm = StreamNormalizer(Normalization(LABEL, False))
     assert norm.feed({"choices": [{"index": 0, "text": "", "finish_reason": None}]}) == []
     assert norm.feed({"choices": [{"index": 0, "text": "", "logprobs": lp(("", -1.0))}]}) == []
     assert norm.end() == []
 
 
 def test_stream_holdback_then_flush_at_end() -> None:
-    norm = StreamNormalizer(Shape(LABEL, True, stops=("STOP",)))
+    norm = StreamNormalizer(Normalization(LABEL, True, stops=("STOP",)))
     assert norm.feed({"choices": [{"index": 0, "text": "go S"}]}) == []
     assert norm.feed({"choices": [{"index": 0, "text": "TOP", "finish_reason": "stop"}]}) == [
         {"choices": [delta("go ", finish="stop")]}
@@ -405,7 +407,7 @@ def test_stream_holdback_then_flush_at_end() -> None:
 
 
 def test_stream_fingerprint_on_first_chunk_out_and_on_change() -> None:
-    norm = StreamNormalizer(Shape(LABEL, False))
+    norm = StreamNormalizer(Normalization(LABEL, False))
     fp = "fp_a"
     assert norm.feed({"choices": [], "system_fingerprint": fp}) == []  # nothing to carry it yet
     assert norm.feed({"choices": [{"index": 0, "text": "a"}], "system_fingerprint": fp}) == [
@@ -425,7 +427,7 @@ def test_stream_fingerprint_on_first_chunk_out_and_on_change() -> None:
 
 
 def test_stream_error_finish_raises() -> None:
-    norm = StreamNormalizer(Shape(LABEL, False))
+    norm = StreamNormalizer(Normalization(LABEL, False))
     with pytest.raises(UpstreamError) as exc:
         norm.feed({"choices": [{"index": 2, "text": "", "finish_reason": "error"}]})
     assert "choice 2" in exc.value.message and LABEL in exc.value.message
@@ -457,7 +459,7 @@ def test_best_of_through_finish_hides_logprobs_and_keeps_usage() -> None:
         "choices": [cand(1, "good", -0.1), cand(0, "bad", -3.0)],
         "usage": {"prompt_tokens": 2, "completion_tokens": 8, "total_tokens": 10},
     }
-    shape = Shape(LABEL, want_logprobs=False)
+    shape = Normalization(LABEL, want_logprobs=False)
     picked = select_best(choices(body, shape), best_of=2, n=1, prompts=["p"], echo=False)
     out = finish(body, picked, shape)
     assert out["choices"] == [

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import ConfigError, UpstreamError
 from gateway.config import parse as parse_yaml
 from gateway.config.portkey import PORTKEY_RETRY, from_header, parse, with_timeout
-from gateway.errors import ConfigError, UpstreamError
 from gateway.retry import RETRY_STATUSES
-from gateway.strategy import Group, Leaf, leaves
+from gateway.trees import Group, Leaf, leaves
 
 PROVIDERS = ("a", "b")
 

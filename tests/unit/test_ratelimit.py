@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
+from core.errors import InvalidRequest, RateLimited, ServiceUnavailable
 from gateway.config import parse
-from gateway.errors import InvalidRequest, RateLimited, ServiceUnavailable
 from gateway.ratelimit import KeyLimits, Limiter, Limits, RateLimitConfig, RuleBook
 from gateway.ratelimit.headers import duration, ratelimit_headers
 from gateway.ratelimit.memory import MemoryBackend, settle_tat
@@ -229,7 +229,7 @@ rate_limit: {backend: redis, redis_url: "redis://h:6379/1", on_backend_error: cl
     ],
 )
 def test_bad_limit_config_names_its_path(snippet: str, path: str) -> None:
-    from gateway.errors import ConfigError
+    from core.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
         parse(snippet)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import RateLimited
+from core.errors import RateLimited
 from gateway.ratelimit import KeyLimits, Limiter, Limits, RateLimitConfig, RuleBook
 from gateway.ratelimit.memory import MemoryBackend
 from gateway.ratelimit.redis_backend import BackendDown, RedisBackend

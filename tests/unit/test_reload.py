@@ -10,28 +10,28 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 import yaml
 
+from core.completions import CompletionRequest
+from core.embeddings import EmbeddingRequest
+from core.errors import ConfigError, RateLimited
+from core.provider import Adapter, Prepared, Target
 from gateway.app import GatewayApp, create_app
 from gateway.circuits import OPEN, CircuitPolicy
-from gateway.config import Config, parse
-from gateway.errors import ConfigError, RateLimited
+from gateway.config import Config, ProviderConfig, parse
 from gateway.reload import parse_snapshot, read, successor
 from gateway.runtime import Runtime
-from gateway.schemas import CompletionRequest
-from providers.base import Prepared, Target
 
 pytestmark = pytest.mark.asyncio
 KEY = "sk-reload-unit"
 DEADLINE_S = 5.0
 
 
-class Fake:
+class Fake(Adapter[None, None]):
     type_tags: ClassVar[tuple[str, ...]] = ("fake",)
     reloadable: ClassVar[bool] = True
 
@@ -54,13 +54,19 @@ class Fake:
     def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
         return None
 
-    def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
+    def prepare(self, request: CompletionRequest, target: Target) -> Prepared[None]:
         raise NotImplementedError
 
-    async def complete(self, prepared: Prepared) -> dict[str, Any]:
+    async def complete(self, prepared: Prepared[None]) -> Any:
         raise NotImplementedError
 
-    def stream(self, prepared: Prepared) -> Any:
+    def stream(self, prepared: Prepared[None]) -> Any:
+        raise NotImplementedError
+
+    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[None]:
+        raise NotImplementedError
+
+    async def embed(self, prepared: Prepared[None]) -> Any:
         raise NotImplementedError
 
 
@@ -82,13 +88,24 @@ def document(providers: Sequence[str] = ("a", "b"), **changes: Any) -> dict[str,
     }
 
 
-def config(doc: dict[str, Any], make: Callable[[str], Fake] = Fake) -> Config:
-    cfg = parse(yaml.safe_dump(doc))
-    return replace(cfg, providers={name: make(name) for name in cfg.providers})
+def config(doc: dict[str, Any]) -> Config:
+    return parse(yaml.safe_dump(doc))
+
+
+class Built:
+    """Builds fakes from provider blocks, keeping the last one built under each name."""
+
+    def __init__(self, make: Callable[[str], Fake] = Fake) -> None:
+        self.make = make
+        self.providers: dict[str, Fake] = {}
+
+    def __call__(self, block: ProviderConfig) -> Fake:
+        fake = self.providers[block.name] = self.make(block.name)
+        return fake
 
 
 async def running(doc: dict[str, Any], make: Callable[[str], Fake] = Fake) -> Runtime:
-    runtime = Runtime.build(config(doc, make))
+    runtime = Runtime.build(config(doc), build=Built(make))
     await runtime.start()
     return runtime
 
@@ -103,42 +120,41 @@ async def admit(runtime: Runtime, key: str = "t") -> None:
 async def test_unchanged_providers_are_kept_and_the_others_rebuilt_before_the_swap() -> None:
     old = await running(document(("a", "b", "c")))
     changed = {"b": {"type": "openai", "base_url": "http://elsewhere.invalid/v1"}}
-    new = config(document(("a", "b", "d"), blocks=changed))
-    h = await successor(old, new)
+    new = Built()
+    h = await successor(old, config(document(("a", "b", "d"), blocks=changed)), new)
     rt = h.runtime
     assert rt.providers["a"] is old.providers["a"]  # its sessions and pools go on
     assert rt.providers["b"] is new.providers["b"] and rt.providers["d"] is new.providers["d"]
-    assert all(p.started for p in (new.providers["b"], new.providers["d"]))  # type: ignore[attr-defined]
+    assert all(p.started for p in (new.providers["b"], new.providers["d"]))
     assert (h.rebuilt, h.removed) == (("b", "d"), ("c",))
     assert h.leftovers.providers == [old.providers["b"], old.providers["c"]]
     assert not any(p.closed for p in old.providers.values())  # type: ignore[attr-defined]
-    assert rt.config.providers == rt.providers
+    assert set(rt.config.providers) == set(rt.providers)
     assert (rt.metrics, rt.circuits, rt.started) == (old.metrics, old.circuits, True)
 
 
 async def test_an_engine_whose_block_changed_or_is_new_refuses_the_reload() -> None:
     engine = {"type": "openai", "base_url": "http://engine.invalid/v1"}
     old = await running(document(blocks={"e": engine}), make=FakeEngine)
-    h = await successor(old, config(document(blocks={"e": engine}, metrics={}), FakeEngine))
+    h = await successor(old, config(document(blocks={"e": engine}, metrics={})), Built(FakeEngine))
     assert h.runtime.providers["e"] is old.providers["e"]  # unchanged: kept
     for doc, message in (
         (document(blocks={"e": {**engine, "max_connections": 4}}), "change only with a restart"),
         (document(blocks={"e": engine, "e2": engine}), "added only with a restart"),
     ):
-        new = config(doc, FakeEngine)
+        new = Built(FakeEngine)
         with pytest.raises(ConfigError, match=message) as err:
-            await successor(old, new)
+            await successor(old, config(doc), new)
         assert err.value.path.startswith("providers.e")
-        assert not any(p.started for p in new.providers.values())  # type: ignore[attr-defined]
+        assert not any(p.started for p in new.providers.values())
 
 
 async def test_a_provider_that_fails_to_start_refuses_and_what_started_closes() -> None:
     old = await running(document(("a",)))
-    new = config(document(("a", "x", "y")))
-    new.providers["y"].fail = OSError("no route")  # type: ignore[attr-defined]
+    new = Built(lambda name: Fake(name, OSError("no route") if name == "y" else None))
     with pytest.raises(ConfigError, match=r"^providers\.y: failed to start: OSError"):
-        await successor(old, new)
-    assert new.providers["x"].closed  # type: ignore[attr-defined]
+        await successor(old, config(document(("a", "x", "y"))), new)
+    assert new.providers["x"].closed
     assert not old.providers["a"].closed  # type: ignore[attr-defined]
 
 
@@ -147,7 +163,7 @@ async def test_the_limiter_keeps_its_counts_and_takes_the_new_limits() -> None:
     await admit(old)
     await admit(old)
     keys = {"keys": [{"id": "t", "key": KEY, "limits": {"rpm": 2}}, {"id": "u", "key": "sk-u"}]}
-    h = await successor(old, config(document(auth=keys)))
+    h = await successor(old, config(document(auth=keys)), Built())
     assert h.runtime.limiter is old.limiter and not h.fresh_limiter
     with pytest.raises(RateLimited):
         await admit(h.runtime)  # the third of two per minute
@@ -158,7 +174,7 @@ async def test_a_changed_rate_limit_section_brings_a_fresh_limiter() -> None:
     old = await running(document())
     await admit(old)
     await admit(old)
-    h = await successor(old, config(document(rate_limit={"replicas": 2})))
+    h = await successor(old, config(document(rate_limit={"replicas": 2})), Built())
     assert h.fresh_limiter and h.leftovers.limiter is old.limiter
     await admit(h.runtime)  # counts start from zero
 
@@ -167,7 +183,7 @@ async def test_the_board_keeps_its_breakers_and_takes_the_new_policy() -> None:
     old = await running(document(circuit_breaker={"failures": 1}))
     old.circuits.get("a", "x").failed(time.monotonic())
     doc = document(circuit_breaker={"failures": 3, "cooldown_s": 7})
-    h = await successor(old, config(doc))
+    h = await successor(old, config(doc), Built())
     breaker = h.runtime.circuits.get("a", "x")
     assert h.runtime.circuits is old.circuits
     assert (breaker.state, breaker.policy) == (OPEN, CircuitPolicy(3, 7.0))
@@ -176,7 +192,7 @@ async def test_the_board_keeps_its_breakers_and_takes_the_new_policy() -> None:
 async def test_host_port_and_metrics_switch_wait_for_a_restart() -> None:
     old = await running(document())
     server = {"host": "0.0.0.0", "port": 9999, "max_body_bytes": 2048, "watch_config_s": 0}
-    h = await successor(old, config(document(server=server, metrics={"enabled": False})))
+    h = await successor(old, config(document(server=server, metrics={"enabled": False})), Built())
     got = h.runtime.config
     assert h.pinned == ("server.host", "server.port", "metrics.enabled")
     assert (got.server.host, got.server.port) == ("127.0.0.1", 8080)

@@ -8,16 +8,16 @@ import time
 
 import pytest
 
-from gateway.config import parse
-from gateway.errors import (
+from core.errors import (
     ConfigError,
     GatewayError,
     UpstreamError,
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from gateway.config import parse
 from gateway.retry import RetryPolicy, retry_after
-from gateway.strategy import leaves
+from gateway.trees import leaves
 
 
 def upstream(status: int, **headers: str) -> UpstreamError:

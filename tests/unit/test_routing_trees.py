@@ -11,12 +11,13 @@ import httpx
 import orjson
 import pytest
 
+from core.completions import CompletionRequest
+from core.embeddings import EmbeddingRequest
+from core.errors import ConfigError, GatewayError, UpstreamError, UpstreamTimeout
+from core.provider import Adapter, Prepared, Target
 from gateway.app import GatewayApp, create_app
 from gateway.config import parse
-from gateway.errors import ConfigError, GatewayError, UpstreamError, UpstreamTimeout
-from gateway.schemas import CompletionRequest
-from gateway.strategy import leaves
-from providers.base import Prepared, Target
+from gateway.trees import leaves
 
 PROVIDERS = ("a", "b", "c")
 KEY = "sk-trees"
@@ -28,7 +29,7 @@ def upstream(status: int) -> UpstreamError:
     return err
 
 
-class Scripted:
+class Scripted(Adapter[None, None]):
     """Answers ok, or with the next scripted failure; `always` fails every call."""
 
     type_tags: ClassVar[tuple[str, ...]] = ("scripted",)
@@ -49,10 +50,16 @@ class Scripted:
     def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
         return None
 
-    def prepare(self, request: CompletionRequest, target: Target) -> Prepared:
-        return Prepared(target, request, ())
+    def prepare(self, request: CompletionRequest, target: Target) -> Prepared[None]:
+        return Prepared(target, (), None)
 
-    async def complete(self, prepared: Prepared) -> dict[str, Any]:
+    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[None]:
+        raise NotImplementedError
+
+    async def embed(self, prepared: Prepared[None]) -> Any:
+        raise NotImplementedError
+
+    async def complete(self, prepared: Prepared[None]) -> Any:
         self.calls += 1
         fail = self.script.pop(0) if self.script else self.always
         if fail is not None:
@@ -60,7 +67,7 @@ class Scripted:
         choice = {"text": self.name, "index": 0, "logprobs": None, "finish_reason": "length"}
         return {"choices": [choice], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
 
-    def stream(self, prepared: Prepared) -> AsyncIterator[list[dict[str, Any]]]:
+    def stream(self, prepared: Prepared[None]) -> AsyncIterator[Any]:
         raise NotImplementedError
 
 
@@ -98,8 +105,7 @@ def gateway() -> Any:
 
         async def __call__(self, models: str, extra: str = "") -> Gateway:
             fakes = {p: Scripted(p) for p in PROVIDERS}
-            cfg = dataclasses.replace(parse(yaml(models, extra)), providers=fakes)  # type: ignore[arg-type]
-            app = create_app(cfg)
+            app = create_app(parse(yaml(models, extra)), build=lambda block: fakes[block.name])
             await app.state.runtime.start()
             client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
             self.apps.append(client)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gateway.errors import (
+from core.errors import (
     ContextLengthExceeded,
     InvalidRequest,
     ServiceUnavailable,

@@ -17,8 +17,8 @@ import pytest
 from providers.openai_compat.normalize import extras_for
 from providers.vllm_engine.output import (
     EngineStopped,
+    Rendering,
     RequestStream,
-    Shape,
     choice,
     completion,
     finish_reason,
@@ -267,7 +267,7 @@ def ordered(choices: list[Json]) -> list[Json]:
 
 def ours_stream(events: list[Event], body: Json, num_prompts: int) -> tuple[list[Json], Json]:
     continuous = bool(body.get("stream_options", {}).get("continuous_usage_stats"))
-    shape = Shape.of(body, continuous_usage=continuous)
+    shape = Rendering.of(body, continuous_usage=continuous)
     stream = RequestStream(shape, body.get("n") or 1, num_prompts, TOK)
     deltas = []
     for prompt_idx, res in events:
@@ -359,13 +359,13 @@ def test_completion_matches_vllm_server(name: str) -> None:
     body, make = CASES[name]
     # Fresh objects for each side: vLLM's server clamps prompt logprobs in place.
     theirs = vllm_completion(as_asked(make(), body), body)
-    ours = completion(as_asked(make(), body), Shape.of(body), TOK)
+    ours = completion(as_asked(make(), body), Rendering.of(body), TOK)
     assert ordered(ours["choices"]) == ordered(theirs["choices"])
     assert ours["usage"] == theirs["usage"]
 
 
 def test_plain_choice() -> None:
-    ours = completion([result([seq(MAT, finish="stop")])], Shape(), TOK)
+    ours = completion([result([seq(MAT, finish="stop")])], Rendering(), TOK)
     assert ours == {
         "choices": [
             {"text": " sat on the mat", "index": 0, "logprobs": None, "finish_reason": "stop"}
@@ -375,7 +375,7 @@ def test_plain_choice() -> None:
 
 
 def test_logprobs_clamp_cut_and_collapse() -> None:
-    [c] = completion([result([seq(MAT, mat_logprobs())])], Shape(logprobs=3), TOK)["choices"]
+    [c] = completion([result([seq(MAT, mat_logprobs())])], Rendering(logprobs=3), TOK)["choices"]
     lp = c["logprobs"]
     assert lp["tokens"] == [" sat", " on", " the", " mat"]
     assert lp["token_logprobs"] == [-0.5, -0.125, -0.25, -9999.0]  # -inf → -9999.0
@@ -389,13 +389,13 @@ def test_logprobs_clamp_cut_and_collapse() -> None:
         (" the", -1.25),
     ]
     # logprobs=k shows the sampled token and the top k: k + 1 entries.
-    [c] = completion([result([seq(MAT, mat_logprobs())])], Shape(logprobs=1), TOK)["choices"]
+    [c] = completion([result([seq(MAT, mat_logprobs())])], Rendering(logprobs=1), TOK)["choices"]
     assert [len(top) for top in c["logprobs"]["top_logprobs"]] == [2, 2, 1, 2]
 
 
 def test_echo_shows_prompt_tokens_with_a_null_first_logprob() -> None:
     res = result([seq(MAT, mat_logprobs())])
-    [c] = completion([res], Shape(echo=True, logprobs=1), TOK)["choices"]
+    [c] = completion([res], Rendering(echo=True, logprobs=1), TOK)["choices"]
     assert c["text"] == "The cat sat on the mat"
     lp = c["logprobs"]
     assert lp["tokens"][:4] == ["<s>", "The", " cat", " sat"]
@@ -406,7 +406,7 @@ def test_echo_shows_prompt_tokens_with_a_null_first_logprob() -> None:
 
 
 def test_echo_with_max_tokens_0_shows_the_prompt_but_counts_the_throwaway_token() -> None:
-    ours = completion([result([seq((7,))])], Shape(echo=True, max_tokens=0, logprobs=0), TOK)
+    ours = completion([result([seq((7,))])], Rendering(echo=True, max_tokens=0, logprobs=0), TOK)
     [c] = ours["choices"]
     assert c["text"] == PROMPT_TEXT
     assert c["logprobs"]["tokens"] == ["<s>", "The", " cat"]
@@ -414,7 +414,7 @@ def test_echo_with_max_tokens_0_shows_the_prompt_but_counts_the_throwaway_token(
 
 
 def test_choices_are_numbered_prompt_major() -> None:
-    ours = completion(_two_prompts(), Shape(echo=True), TOK)
+    ours = completion(_two_prompts(), Rendering(echo=True), TOK)
     assert [(c["index"], c["text"]) for c in ours["choices"]] == [
         (0, "The cat sat on the mat"),
         (1, "The cat dog\n"),
@@ -427,7 +427,7 @@ def test_choices_are_numbered_prompt_major() -> None:
 
 def test_tokens_as_ids_replace_every_token_string() -> None:
     res = result([seq(MAT, mat_logprobs())])
-    shape = Shape(echo=True, logprobs=1, tokens_as_ids=True)
+    shape = Rendering(echo=True, logprobs=1, tokens_as_ids=True)
     lp = completion([res], shape, TOK)["choices"][0]["logprobs"]
     assert lp["tokens"] == [f"token_id:{t}" for t in (*PROMPT_IDS, *MAT)]
     assert list(lp["top_logprobs"][3]) == ["token_id:7", "token_id:9"]
@@ -436,7 +436,7 @@ def test_tokens_as_ids_replace_every_token_string() -> None:
 
 def test_echo_takes_the_prompt_text_given_when_the_engine_kept_none() -> None:
     res = result([seq(MAT)], text=None)
-    assert completion([res], Shape(echo=True), TOK, ["The cat"])["choices"][0]["text"] == (
+    assert completion([res], Rendering(echo=True), TOK, ["The cat"])["choices"][0]["text"] == (
         "The cat sat on the mat"
     )
     assert prompt_of(result([seq(MAT)])).text == PROMPT_TEXT  # the engine's text wins
@@ -444,12 +444,12 @@ def test_echo_takes_the_prompt_text_given_when_the_engine_kept_none() -> None:
 
 def test_missing_logprobs_or_prompt_are_errors() -> None:
     with pytest.raises(ValueError, match="logprobs"):
-        choice(_no_logprobs(), 0, Shape(logprobs=1), TOK)
+        choice(_no_logprobs(), 0, Rendering(logprobs=1), TOK)
     with pytest.raises(ValueError, match="echo"):
-        choice(seq(MAT), 0, Shape(echo=True), TOK)
+        choice(seq(MAT), 0, Rendering(echo=True), TOK)
     res = result([seq(MAT)], with_prompt_logprobs=False)
     with pytest.raises(ValueError, match="prompt and sample"):
-        completion([res], Shape(echo=True, logprobs=1), TOK)
+        completion([res], Rendering(echo=True, logprobs=1), TOK)
 
 
 def _no_logprobs() -> CompletionOutput:
@@ -498,19 +498,21 @@ def test_legacy_logprobs_prefers_the_engines_decoding_and_needs_a_tokenizer_othe
 
 
 def test_shape_of_a_body() -> None:
-    assert Shape.of({}) == Shape(echo=False, logprobs=None, max_tokens=16, tokens_as_ids=False)
-    assert Shape.of({"max_tokens": None}).max_tokens == 16  # null means the default, not 0
-    shape = Shape.of(
+    assert Rendering.of({}) == Rendering(
+        echo=False, logprobs=None, max_tokens=16, tokens_as_ids=False
+    )
+    assert Rendering.of({"max_tokens": None}).max_tokens == 16  # null means the default, not 0
+    shape = Rendering.of(
         {"echo": True, "logprobs": 0, "max_tokens": 0, "return_tokens_as_token_ids": True}
     )
-    assert shape == Shape(
+    assert shape == Rendering(
         echo=True, logprobs=0, max_tokens=0, tokens_as_ids=True, prompt_logprobs=True
     )
-    assert shape.prompt_only and not Shape(echo=True, max_tokens=1).prompt_only
-    assert Shape.of({"prompt_logprobs": 0}).prompt_logprobs
-    assert not Shape.of({"echo": True}).prompt_logprobs  # echo alone asks for none
-    assert Shape.of({"return_token_ids": True}).token_ids
-    assert Shape.of({}, continuous_usage=True).continuous_usage
+    assert shape.prompt_only and not Rendering(echo=True, max_tokens=1).prompt_only
+    assert Rendering.of({"prompt_logprobs": 0}).prompt_logprobs
+    assert not Rendering.of({"echo": True}).prompt_logprobs  # echo alone asks for none
+    assert Rendering.of({"return_token_ids": True}).token_ids
+    assert Rendering.of({}, continuous_usage=True).continuous_usage
 
 
 # -- finish reasons ---------------------------------------------------------------------------
@@ -530,8 +532,10 @@ def test_unfinished_sequences_raise(reason: str) -> None:
         finish_reason(reason)
     assert exc.value.reason == reason
     with pytest.raises(EngineStopped):
-        completion([result([seq(MAT, index=0), seq(MAT, index=1, finish=reason)])], Shape(), TOK)
-    stream = RequestStream(Shape(), 1, 1, TOK)
+        completion(
+            [result([seq(MAT, index=0), seq(MAT, index=1, finish=reason)])], Rendering(), TOK
+        )
+    stream = RequestStream(Rendering(), 1, 1, TOK)
     stream.chunks(0, result([seq((7,), finish=None)], finished=False))
     with pytest.raises(EngineStopped):
         stream.chunks(0, result([seq((10,), finish=reason)]))
@@ -684,7 +688,7 @@ def test_stream_adds_up_to_the_non_streamed_answer(name: str) -> None:
     continue across deltas), finish_reason on the last delta only; usage is the same."""
     body, num_prompts, _ = STREAMS[name]
     deltas, stream_usage = ours_stream(_stream_events(name), body, num_prompts)
-    whole = completion(merged(_stream_events(name), num_prompts), Shape.of(body), TOK)
+    whole = completion(merged(_stream_events(name), num_prompts), Rendering.of(body), TOK)
     assert stream_usage == whole["usage"]
     for c in whole["choices"]:
         mine = [d for d in deltas if d["index"] == c["index"]]
@@ -746,7 +750,7 @@ def test_stream_echo_with_max_tokens_0_sends_only_the_prompt() -> None:
 def test_stream_copies_repeat_each_delta_under_their_own_indices() -> None:
     """Greedy n > 1 (the gateway's fan-out, not vLLM's server): the engine makes one sequence
     per prompt and each delta fills `copies` choices, each counted in usage."""
-    stream = RequestStream(Shape(echo=True, logprobs=0), 2, 2, TOK, copies=2)
+    stream = RequestStream(Rendering(echo=True, logprobs=0), 2, 2, TOK, copies=2)
     events = [
         (1, _first([seq((8,), finish=None)], DOG_IDS)),
         (0, _first([seq((7,), finish=None)])),

@@ -10,20 +10,20 @@ from typing import Any
 
 import pytest
 
-from gateway.embeddings import VLLM_FIELDS, decode, validate_embedding
-from gateway.errors import (
+from core.completions import RequestLimits, validate_completion
+from core.embeddings import VLLM_FIELDS, decode, validate_embedding
+from core.errors import (
     ContextLengthExceeded,
     InvalidRequest,
     ServiceUnavailable,
     UnsupportedParameter,
     UpstreamError,
 )
-from gateway.schemas import RequestLimits, validate_completion
+from core.provider import Target
 from providers import registry, tiny_model
-from providers.base import Target
 from providers.vllm_engine.adapter import VllmEngineProvider
 from providers.vllm_engine.pooling import check_lengths, document, verified
-from providers.vllm_engine.requests import truncation
+from providers.vllm_engine.submit import truncation
 from tests.vllm_proc import MODEL_DIR
 
 with warnings.catch_warnings():

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import InvalidRequest
+from core.errors import InvalidRequest
 from providers.vllm_engine.beams import beam_kwargs
 from providers.vllm_engine.rules import ADAPTER_READS
 from providers.vllm_engine.sampling import (
@@ -230,14 +230,14 @@ class Recording(dict[str, Any]):
 
 
 def test_every_field_has_an_engine_rule() -> None:
-    from gateway.schemas import FIELDS
+    from core.completions import FIELDS
     from providers.vllm_engine.rules import RULES
 
     assert [name for name in FIELDS if name not in RULES] == []
 
 
 def test_every_vllm_extra_is_served() -> None:
-    from gateway.schemas import SUB_FIELDS, VLLM_FIELDS
+    from core.completions import SUB_FIELDS, VLLM_FIELDS
     from providers.params import Action
     from providers.vllm_engine.rules import RULES, SERVED
 
@@ -247,7 +247,7 @@ def test_every_vllm_extra_is_served() -> None:
 
 
 def test_every_passed_field_is_used() -> None:
-    from gateway.schemas import FIELDS
+    from core.completions import FIELDS
     from providers.params import Action
     from providers.vllm_engine.rules import RULES
 

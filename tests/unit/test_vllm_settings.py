@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import ConfigError
+from core.errors import ConfigError
 from providers.vllm_engine.settings import DEFAULT_ENGINE_ARGS, parse_settings
 
 PATH = "providers.local"

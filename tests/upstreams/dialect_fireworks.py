@@ -1,4 +1,4 @@
-"""The scripted Fireworks upstream (docs quirks, protocol §7): bare UUID ids, stop strings
+"""The scripted Fireworks upstream (quirks from its docs and traffic): bare UUID ids, stop strings
 kept in the text, usage on the last content chunk, `context_length_exceeded_behavior`
 (default truncate), FastAPI 422 for any field outside its schema, `{"fault"}`/`{"detail"}`/
 `{"error"}` error shapes, the `logprobs: true` content format and extra per-choice keys."""

@@ -1,7 +1,7 @@
 """Error bodies of the scripted upstreams, in each provider's own shape.
 
 OpenAI: `{"error": {"message", "type", "param", "code"}}` with string/null codes.
-Fireworks: three shapes, as seen in the wild (protocol §7.2): FastAPI validation
+Fireworks: three shapes, as seen in the wild (Portkey handles all three): FastAPI validation
 `{"detail": [{loc, msg, type}]}` (422), `{"detail": "..."}` for scripted 4xx,
 `{"fault": {"faultstring", "detail": {"errorcode"}}}` for 5xx, and
 `{"error": {"object": "error", "type", "code", "message"}}` for request errors (context, auth).

@@ -1,4 +1,4 @@
-"""Fireworks /inference/v1/completions (protocol.md §7): OpenAI plus sampling extensions.
+"""Fireworks /inference/v1/completions: OpenAI plus sampling extensions.
 
 Its schema is `additionalProperties: false`, so anything it does not document is not sent.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from gateway.schemas import VLLM_FIELDS
+from core.completions import VLLM_FIELDS
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
 
 from .openai import CONTINUOUS

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from gateway.schemas import VLLM_FIELDS
+from core.completions import VLLM_FIELDS
 from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
 
 from .openai import CONTINUOUS

@@ -1,6 +1,6 @@
 """OpenAI's legacy /v1/completions: the base table every other dialect derives from.
 
-Ranges are OpenAI's (protocol.md §1); the gateway's own validation already enforces them, the
+Ranges are OpenAI's (its request schema); the gateway's own validation already enforces them, the
 rules repeat them so a derived dialect can narrow them and a test can read them.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gateway.schemas import VLLM_FIELDS
+from core.completions import VLLM_FIELDS
 from providers.params import EMULATE, UNKNOWN, Action, Rule, convert, passes
 
 from .spec import DialectSpec

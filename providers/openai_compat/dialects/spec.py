@@ -6,7 +6,9 @@ cannot live in the rule table (providers.params).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from providers.params import Dialect
 
@@ -28,3 +30,6 @@ class DialectSpec:
     # does) instead of failing: OpenAI's "error" behaviour needs the gateway to count the
     # prompt itself, with the server's /tokenize (context.py).
     clamps_max_tokens: bool = False
+    # The upstream's own rules between fields, checked before the request is sent (vLLM's, for
+    # its server): a 400 naming the field instead of the upstream's answer.
+    request_checks: Callable[[Mapping[str, Any]], None] | None = None

@@ -1,4 +1,4 @@
-"""vLLM's OpenAI-compatible server (protocol.md §8).
+"""vLLM's OpenAI-compatible server.
 
 It accepts its own extras (`min_tokens`, `structured_outputs`, …), so unknown fields pass.
 Current servers lower `max_tokens` to fit the context window instead of failing: that is the
@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from gateway.schemas import VLLM_FIELDS
+from core.completions import VLLM_FIELDS
+from providers import vllm_checks
 from providers.params import EMULATE, UNKNOWN, Action, Rule, convert, derive, passes
 
 from .openai import CONTINUOUS
@@ -56,4 +57,6 @@ RULES: Mapping[str, Rule] = MappingProxyType(
     )
 )
 
-SPEC = DialectSpec(name="vllm-server", rules=RULES, clamps_max_tokens=True)
+SPEC = DialectSpec(
+    name="vllm-server", rules=RULES, clamps_max_tokens=True, request_checks=vllm_checks.check
+)

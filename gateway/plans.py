@@ -1,4 +1,4 @@
-"""Alias → plan: the routing tree a request runs through (gateway.strategy), and how its leaves
+"""Alias → plan: the routing tree a request runs through (gateway.trees), and how its leaves
 become targets. gateway.attempts runs it (retries, fallback, breakers).
 
 A virtual key (`x-portkey-virtual-key: NAME`) pins the provider: the alias's target on that
@@ -14,12 +14,12 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.errors import InvalidRequest, ModelNotFound, PermissionDenied
+from core.provider import Target
 from gateway.auth import Principal
 from gateway.config import Config, ModelConfig
 from gateway.config.portkey import PortkeyConfig
-from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
-from gateway.strategy import Group, Leaf, Node, leaves
-from providers.base import Target
+from gateway.trees import Group, Leaf, Node, leaves
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,16 @@
-"""Primitive request checks shared by the endpoints' schemas: each returns the value it was
-given or raises a 400 naming the field (`param`) and saying what was expected."""
+"""Primitive request checks, from which the request declarations (`core.fields`) build theirs:
+each returns the value it was given or raises a 400 naming the field (`param`) and saying what
+was expected."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from gateway.errors import InvalidRequest
+from core.errors import InvalidRequest
 
 Validator = Callable[[Any, str], Any]
 
@@ -108,38 +109,3 @@ def batch(v: list[Any], name: str, empty_strings: bool) -> None:
             token_ids(item, f"{name}[{i}]")
     else:
         raise bad(f"{name}[0]", "a string, a token id or an array of token ids", v[0])
-
-
-def checked(
-    data: Mapping[str, Any], validators: Mapping[str, Validator], required: tuple[str, ...]
-) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """A request body's fields, each known one checked (null means "the default" and is left
-    out), and the names of the unknown ones, which are kept as sent."""
-    fields: dict[str, Any] = {}
-    unknown: list[str] = []
-    for name, value in data.items():
-        if value is None:
-            continue
-        check = validators.get(name)
-        if check is None:
-            unknown.append(name)
-            fields[name] = value
-        else:
-            fields[name] = check(value, name)
-    for name in required:
-        if name not in fields:
-            raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
-    return fields, tuple(unknown)
-
-
-def parse_json(body: bytes) -> dict[str, Any]:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(
-            f"The request body is not valid JSON ({exc.msg}, at character {exc.pos}).",
-            code="invalid_json",
-        ) from None
-    if type(data) is not dict:
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
-    return data

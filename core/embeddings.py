@@ -16,23 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.checks import (
-    Validator,
-    bad,
-    batch,
-    boolean,
-    checked,
-    choice,
-    integer,
-    parse_json,
-    string,
-)
-from gateway.errors import InvalidRequest
+from core.checks import bad, batch
+from core.errors import InvalidRequest
+from core.fields import VLLM, Declaration, boolean, choice, integer, string, structured
+from core.responses import EmbeddingUsage
+from core.wire import Json, parse_json
 
 MAX_INPUTS = 2048  # OpenAI: "any array must be 2048 dimensions or less"
 ENCODINGS = ("float", "base64")
-
-Json = dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -65,23 +56,28 @@ def _input(v: Any, name: str) -> Any:
     return v
 
 
-OPENAI_FIELDS: Mapping[str, Validator] = {
-    "model": string,
-    "input": _input,
-    "encoding_format": choice(*ENCODINGS),
-    "dimensions": integer(1),
-    "user": string,
-}
-# vLLM's own extras for embeddings (its EmbeddingCompletionRequest), checked as vLLM checks them;
-# upstreams that are not vLLM refuse them (their dialect rows).
-VLLM_FIELDS: Mapping[str, Validator] = {
-    "truncate_prompt_tokens": integer(-1),
-    "truncation_side": choice("left", "right"),
-    "add_special_tokens": boolean,
-    "use_activation": boolean,
-    "priority": integer(-(2**63), 2**63 - 1),
-}
-FIELDS: Mapping[str, Validator] = {**OPENAI_FIELDS, **VLLM_FIELDS}
+EMBEDDINGS = Declaration(
+    "CreateEmbeddingRequest",
+    required=("model", "input"),
+    fields=(
+        string("model"),
+        structured("input", ("string", "array"), _input),
+        choice("encoding_format", *ENCODINGS, default="float"),
+        integer("dimensions", 1),
+        string("user"),
+        # vLLM's own extras (its EmbeddingCompletionRequest), checked as vLLM checks them;
+        # upstreams that are not vLLM refuse them (their dialect rows).
+        integer("truncate_prompt_tokens", -1, family=VLLM),
+        choice("truncation_side", "left", "right", family=VLLM),
+        boolean("add_special_tokens", family=VLLM),
+        boolean("use_activation", family=VLLM),
+        integer("priority", -(2**63), 2**63 - 1, family=VLLM),
+    ),
+)
+
+
+FIELDS = EMBEDDINGS.names()
+VLLM_FIELDS = EMBEDDINGS.names(VLLM)
 
 
 def parse_embedding(body: bytes) -> EmbeddingRequest:
@@ -89,7 +85,7 @@ def parse_embedding(body: bytes) -> EmbeddingRequest:
 
 
 def validate_embedding(data: Mapping[str, Any]) -> EmbeddingRequest:
-    fields, unknown = checked(data, FIELDS, ("model", "input"))
+    fields, unknown = EMBEDDINGS.validate(data)
     raw = fields["input"]
     is_tokens = type(raw) is list and type(raw[0]) is not str
     single = type(raw) is str or (is_tokens and type(raw[0]) is int)
@@ -132,7 +128,7 @@ def decode(text: str) -> list[float]:
     return packed.tolist()
 
 
-def document(vectors: Sequence[Any], usage: Json, model: str) -> Json:
+def document(vectors: Sequence[object], usage: EmbeddingUsage, model: str) -> Json:
     """CreateEmbeddingResponse: one `embedding` per input, in input order."""
     return {
         "object": "list",

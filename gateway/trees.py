@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.errors import CircuitOpen, GatewayError, UpstreamTimeout, UpstreamUnreachable
+from core.errors import CircuitOpen, GatewayError, UpstreamTimeout, UpstreamUnreachable
+from core.provider import Target
 from gateway.retry import RetryPolicy
-from providers.base import Target
 
 MODES = ("single", "fallback", "loadbalance")
 # The upstream answers that mean "this target, not this request": worth the next target.

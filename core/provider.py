@@ -1,0 +1,182 @@
+"""The provider contract: what the gateway asks of every adapter, and what it gets back.
+
+An adapter serves requests for its targets in two steps. `prepare` maps a validated request for
+one target by the adapter's rules, without any I/O, into a `Prepared` whose `state` is the
+adapter's own (the upstream body, the engine's settings); a field it cannot serve is an
+InvalidRequest there, before anything is sent. `complete`, `stream` and `embed` then send it
+and return the canonical answers of `core.responses`.
+
+The gateway holds providers of many kinds side by side, so it sees each through `Provider`:
+`completion` and `embedding` return the prepared request bound to its adapter (a `Call`), ready
+to send, whatever the adapter's state is. `Adapter` does that binding for every adapter.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import ClassVar, Generic, Literal, Protocol, TypeVar
+
+from core.completions import CompletionRequest
+from core.embeddings import EmbeddingRequest
+from core.responses import Chunk, Completion, Embeddings
+
+# What a model does with a field its target cannot serve: a 400, or drop it (and say so).
+Policy = Literal["reject", "drop"]
+S = TypeVar("S")  # an adapter's state for a prepared completion
+E = TypeVar("E")  # an adapter's state for a prepared embeddings request
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One place a model alias can be served from (built at startup, from config)."""
+
+    alias: str  # what the caller asked for
+    provider: str  # provider name in config (also its virtual key)
+    model: str  # model id at the provider
+    # A whole JSON answer; for a stream, each wait for its next output (its length is the
+    # caller's max_tokens, so it has no total deadline).
+    timeout_s: float = 60.0
+    unsupported_params: Policy = "reject"
+    defaults: Mapping[str, object] = field(default_factory=dict)  # request fields, validated
+    connect_s: float | None = None  # opening a connection; None: the provider's own setting
+    first_byte_s: float | None = None  # until the answer begins; None: timeout_s
+
+    @property
+    def label(self) -> str:
+        """How errors name this target: provider and upstream model."""
+        return f"{self.provider}/{self.model}"
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared(Generic[S]):
+    """A request as an adapter mapped it for one target; `dropped` names the fields not
+    forwarded (the response's x-gateway-dropped-params header)."""
+
+    target: Target
+    dropped: tuple[str, ...]
+    state: S
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionCall:
+    """A completion prepared for one target, ready to send (a retry prepares anew: an
+    adapter's state is one attempt's)."""
+
+    target: Target
+    dropped: tuple[str, ...]
+    complete: Callable[[], Awaitable[Completion]]
+    stream: Callable[[], AsyncIterator[list[Chunk]]]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingCall:
+    """An embeddings request prepared for one target, ready to send."""
+
+    target: Target
+    dropped: tuple[str, ...]
+    embed: Callable[[], Awaitable[Embeddings]]
+
+
+class Provider(Protocol):
+    """A configured provider, as the gateway holds it."""
+
+    name: str
+    # A config reload may build a second instance beside the running one (which serves the
+    # requests in flight, then closes). False: it holds what cannot be had twice (a model in
+    # memory), so its block changes only with a restart.
+    reloadable: ClassVar[bool]
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    def ready(self) -> bool: ...
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        """Each text's prompt tokens as this provider counts them, if it can tell without I/O
+        (the rate limiter's reservation); None: the gateway estimates."""
+        ...
+
+    def completion(self, request: CompletionRequest, target: Target) -> CompletionCall:
+        """The request prepared for `target`; InvalidRequest before any I/O."""
+        ...
+
+    def embedding(self, request: EmbeddingRequest, target: Target) -> EmbeddingCall:
+        """As `completion`; an InvalidRequest naming `model` if the target does not serve
+        embeddings."""
+        ...
+
+
+class Adapter(ABC, Generic[S, E]):
+    """The base of every adapter: its two steps per endpoint, typed by its own states, bound
+    into the calls the gateway sends."""
+
+    name: str
+    type_tags: ClassVar[tuple[str, ...]]  # the config `type:` tags it serves
+    reloadable: ClassVar[bool] = True
+
+    async def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    def ready(self) -> bool:
+        return True
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        return None
+
+    @abstractmethod
+    def prepare(self, request: CompletionRequest, target: Target) -> Prepared[S]:
+        """Apply the adapter's rules; raise InvalidRequest/UnsupportedParameter before any I/O."""
+
+    @abstractmethod
+    async def complete(self, prepared: Prepared[S]) -> Completion: ...
+
+    @abstractmethod
+    def stream(self, prepared: Prepared[S]) -> AsyncIterator[list[Chunk]]: ...
+
+    @abstractmethod
+    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[E]: ...
+
+    @abstractmethod
+    async def embed(self, prepared: Prepared[E]) -> Embeddings: ...
+
+    def completion(self, request: CompletionRequest, target: Target) -> CompletionCall:
+        prepared = self.prepare(request, target)
+        return CompletionCall(
+            target,
+            prepared.dropped,
+            partial(self.complete, prepared),
+            partial(self.stream, prepared),
+        )
+
+    def embedding(self, request: EmbeddingRequest, target: Target) -> EmbeddingCall:
+        prepared = self.prepare_embedding(request, target)
+        return EmbeddingCall(target, prepared.dropped, partial(self.embed, prepared))
+
+
+class ProviderClass(Protocol):
+    """An adapter class, as the registry holds it: the `type:` tags it serves, and how a
+    provider of it is checked and built from its config block."""
+
+    # Attributes of the class object (a protocol cannot ask a class for its ClassVars).
+    type_tags: tuple[str, ...]
+    reloadable: bool
+
+    @classmethod
+    def check_config(cls, type_tag: str, settings: Mapping[str, object], path: str) -> None:
+        """Validate the block without building anything; raise ConfigError naming the YAML
+        path."""
+        ...
+
+    @classmethod
+    def from_config(
+        cls, name: str, type_tag: str, settings: Mapping[str, object], path: str
+    ) -> Provider:
+        """Build from the block (no I/O until `start`); raise ConfigError naming the path."""
+        ...

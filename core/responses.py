@@ -1,0 +1,89 @@
+"""The answers a provider returns, typed: the canonical shapes every adapter normalizes to.
+
+Canonical output is OpenAI's legacy completions shape: choices in `prompt_idx * n + i` order,
+legacy logprobs, stop strings excluded, usage as OpenAI counts it. The gateway then stamps `id`,
+`object`, `created` and `model` (the caller's alias).
+
+* `Completion`: a whole answer.
+* A stream is batches (lists) of `Chunk`s: all that is ready at once, which the gateway writes to
+  the caller in one piece. It may begin with an empty batch once the upstream has accepted the
+  request (so the caller's response headers go out at once). A content chunk's choices are the
+  choices' deltas: a `Choice` with the text since the last one, whose `finish_reason` is set on
+  its last delta only. With continuous usage, a content chunk also has `usage`: its choice's
+  usage so far. The last chunk is `{"choices": [], "usage": …}` whenever the upstream reported
+  usage. A chunk may carry `system_fingerprint`: it holds for that chunk and every later one.
+* A choice may also carry vLLM's extras, each only when not null: `stop_reason` (the stop
+  string or token id that ended it), `prompt_logprobs` (vLLM's format), `prompt_token_ids` (a
+  stream's first delta of the choice) and `token_ids`.
+* `Embeddings`: one embedding per input, in input order, each in the request's
+  `encoding_format`: a list of floats, or OpenAI's base64 of little-endian float32 values.
+"""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+
+class Logprobs(TypedDict):
+    """OpenAI's legacy logprobs: four lists, one entry per token."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    # OpenAI's breakdowns (cached, reasoning, audio, … tokens), as the upstream reported them.
+    prompt_tokens_details: NotRequired[dict[str, int]]
+    completion_tokens_details: NotRequired[dict[str, int]]
+
+
+class PromptLogprob(TypedDict):
+    """vLLM's own `prompt_logprobs` entry (not OpenAI's format)."""
+
+    logprob: float
+    rank: int | None
+    decoded_token: str | None
+
+
+# Per prompt position, token id (as a string) → its entry; null where nothing precedes.
+PromptLogprobs = list[dict[str, PromptLogprob] | None]
+
+
+class Choice(TypedDict):
+    """A choice of a whole answer, or a delta of one in a stream."""
+
+    text: str
+    index: int
+    logprobs: Logprobs | None
+    finish_reason: str | None  # stop | length | content_filter; None while a stream goes on
+    stop_reason: NotRequired[int | str]
+    prompt_logprobs: NotRequired[PromptLogprobs]
+    prompt_token_ids: NotRequired[list[int]]
+    token_ids: NotRequired[list[int]]
+
+
+class Chunk(TypedDict):
+    choices: list[Choice]
+    usage: NotRequired[Usage]
+    system_fingerprint: NotRequired[str]
+
+
+class Completion(TypedDict):
+    choices: list[Choice]
+    usage: Usage | None
+    system_fingerprint: NotRequired[str]
+
+
+class EmbeddingUsage(TypedDict):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class Embeddings(TypedDict):
+    data: list[list[float]] | list[str]
+    usage: EmbeddingUsage

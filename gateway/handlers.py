@@ -1,0 +1,151 @@
+"""The HTTP handlers, one per endpoint. Each is short: it authenticates, reads the body and hands
+the request to the service (`gateway.service`), or answers itself (models, health, metrics).
+Errors are raised, and rendered in one place (`Endpoint`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import orjson
+
+from core.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, internal
+from gateway import service
+from gateway.auth import Principal
+from gateway.context import Inbound, Reply
+from gateway.http import JSON_HEADERS, ClientGone, read_body
+from gateway.metrics import EMBEDDINGS, TEXT_COMPLETION, RequestRecord
+
+log = logging.getLogger("gateway.handlers")
+
+# Portkey headers the gateway does not implement: refusing beats ignoring them silently.
+# (A custom host would make the gateway call a host its config does not name; a provider
+# header would take the provider's key from the caller.)
+UNSUPPORTED_HEADERS = ("x-portkey-custom-host", "x-portkey-provider")
+CLIENT_GONE = 499  # nginx's "client closed request": the status the metrics give a disconnect
+
+Handler = Callable[[Inbound, Reply], Awaitable[None]]
+Serve = Callable[[Inbound, Reply, RequestRecord, Principal, bytes], Awaitable[None]]
+
+
+class Endpoint:
+    """A handler and the methods it answers: runs it and renders whatever error it raises (a
+    405 and a 404 in OpenAI's error shape too)."""
+
+    def __init__(self, handler: Handler, methods: tuple[str, ...]) -> None:
+        self.handler = handler
+        self.methods = methods
+
+    async def __call__(self, inbound: Inbound, reply: Reply) -> None:
+        try:
+            if inbound.method not in self.methods:
+                raise MethodNotAllowed(f"Method {inbound.method} is not allowed here.")
+            await self.handler(inbound, reply)
+        except ClientGone:
+            pass  # nobody is left to answer
+        except GatewayError as err:
+            await reply.error(err)
+        except Exception as exc:
+            log.exception("request %s failed", inbound.request_id)
+            await reply.error(internal(exc))
+
+
+# ---------------------------------------------------------------- inference
+
+
+async def completions(inbound: Inbound, reply: Reply) -> None:
+    await _inference(inbound, reply, service.complete, TEXT_COMPLETION)
+
+
+async def embeddings(inbound: Inbound, reply: Reply) -> None:
+    await _inference(inbound, reply, service.embed, EMBEDDINGS)
+
+
+async def _inference(inbound: Inbound, reply: Reply, serve: Serve, operation: str) -> None:
+    """What every inference endpoint shares: the request's record (observed once it is over),
+    the in-flight gauge, the caller, the headers refused, the body."""
+    rt = inbound.runtime
+    record = RequestRecord(time.perf_counter(), operation=operation)
+    rt.metrics.inflight_add(1)
+    try:
+        principal = rt.auth.authenticate(inbound.headers)
+        for name in UNSUPPORTED_HEADERS:
+            if name in inbound.headers:
+                raise InvalidRequest(
+                    f"The header '{name}' is not supported by this gateway.", param=name
+                )
+        body = await read_body(inbound.headers, inbound.receive, rt.config.server.max_body_bytes)
+        await serve(inbound, reply, record, principal, body)
+        record.status = reply.status
+    except Exception as exc:
+        _failed(record, exc, reply.status)
+        raise
+    finally:
+        rt.metrics.inflight_add(-1)
+        rt.metrics.observe(record)
+
+
+def _failed(record: RequestRecord, exc: Exception, sent: int) -> None:
+    """The record's status is what the caller got: the error's, unless a response had begun
+    with `sent` (a caller who left is counted as such either way)."""
+    if isinstance(exc, ClientGone):
+        status, kind = CLIENT_GONE, "ClientGone"
+    elif isinstance(exc, GatewayError):
+        status, kind = exc.status, type(exc).__name__
+    else:
+        status, kind = 500, "InternalError"
+    record.error_type = kind
+    record.status = status if not sent or status == CLIENT_GONE else sent
+
+
+# ---------------------------------------------------------------- models
+
+
+async def list_models(inbound: Inbound, reply: Reply) -> None:
+    rt = inbound.runtime
+    principal = rt.auth.authenticate(inbound.headers)
+    data = [_model_card(a, rt.created) for a in rt.router.aliases() if principal.may_use_model(a)]
+    await reply.respond(200, orjson.dumps({"object": "list", "data": data}), JSON_HEADERS)
+
+
+MODEL_PREFIX = "/v1/models/"
+
+
+async def get_model(inbound: Inbound, reply: Reply) -> None:
+    rt = inbound.runtime
+    principal = rt.auth.authenticate(inbound.headers)
+    alias = inbound.path.removeprefix(MODEL_PREFIX)
+    rt.router.model(principal, alias)
+    await reply.respond(200, orjson.dumps(_model_card(alias, rt.created)), JSON_HEADERS)
+
+
+def _model_card(alias: str, created: int) -> dict[str, object]:
+    return {"id": alias, "object": "model", "created": created, "owned_by": "gateway"}
+
+
+# ---------------------------------------------------------------- health
+
+
+async def livez(inbound: Inbound, reply: Reply) -> None:
+    await reply.respond(200, b'{"status":"ok"}', JSON_HEADERS)
+
+
+async def readyz(inbound: Inbound, reply: Reply) -> None:
+    if inbound.runtime.ready():
+        await reply.respond(200, b'{"status":"ready"}', JSON_HEADERS)
+    else:
+        await reply.respond(503, b'{"status":"starting"}', JSON_HEADERS)
+
+
+async def metrics(inbound: Inbound, reply: Reply) -> None:
+    m = inbound.runtime.metrics
+    if not m.enabled:
+        raise NotFound("Metrics are disabled (metrics.enabled: false).")
+    body, ctype = m.render()
+    await reply.respond(200, body, [(b"content-type", ctype.encode())])
+
+
+async def not_found(inbound: Inbound, reply: Reply) -> None:
+    raise NotFound(f"Unknown path {inbound.method} {inbound.path[:200]}.")

@@ -1,0 +1,265 @@
+"""Serves one inference request, top to bottom: parse the body, plan its routing, admit it
+against the rate limits, run the plan's attempts (gateway.attempts) and write the answer, JSON or
+SSE for streams, then settle the rate limiter's reservation with what was used.
+
+Retries and fallback happen only before the first byte reaches the caller; after that the
+stream either completes or ends with an error event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Any, TypeVar
+
+import orjson
+
+from core.completions import CompletionRequest, apply_defaults, apply_overrides, parse_completion
+from core.embeddings import (
+    EmbeddingRequest,
+    document,
+    embedding_defaults,
+    parse_embedding,
+    validate_embedding,
+)
+from core.errors import GatewayError
+from core.provider import CompletionCall, EmbeddingCall, Target
+from core.responses import Chunk, Completion, Embeddings
+from gateway.attempts import C, Prepare, Send
+from gateway.auth import Principal
+from gateway.config import portkey
+from gateway.context import Inbound, Reply
+from gateway.http import JSON_HEADERS, SSE_HEADERS, RawHeaders, until_disconnect
+from gateway.metrics import RequestRecord
+from gateway.plans import Plan
+from gateway.ratelimit import Grant
+from gateway.runtime import Runtime
+from gateway.sse import Envelope, StreamResult, pump
+from gateway.trees import Leaf
+
+DROPPED_HEADER = b"x-gateway-dropped-params"
+T = TypeVar("T")
+Batches = AsyncIterator[list[Chunk]]
+
+
+# ---------------------------------------------------------------- completions
+
+
+async def complete(
+    inbound: Inbound, reply: Reply, record: RequestRecord, principal: Principal, body: bytes
+) -> None:
+    rt = inbound.runtime
+    config = portkey.from_headers(inbound.headers, rt.config.configs, rt.config.providers)
+    req = parse_completion(body, rt.config.server.limits)
+    record.model, record.stream = rt.model_label(req.model), req.stream
+    virtual_key = inbound.headers.get("x-portkey-virtual-key")
+    plan = rt.router.plan(principal, req.model, virtual_key, config)
+    grant = await rt.limiter.admit(
+        principal.key_id, req.model, record.model, lambda: reservation(rt, req, plan)
+    )
+    reply.add_headers(grant.headers)
+    cid = "cmpl-" + inbound.ids.next()
+    serve = _stream if req.stream else _json
+    await _settled(grant, record, reply, serve(inbound, reply, record, req, plan, cid))
+
+
+async def _json(
+    inbound: Inbound,
+    reply: Reply,
+    record: RequestRecord,
+    req: CompletionRequest,
+    plan: Plan,
+    cid: str,
+) -> None:
+    prepare = completion_preparer(inbound.runtime, req)
+    call, answer = await _attempts(inbound, reply, record, plan, prepare, _complete)
+    record.use(answer["usage"])
+    doc = _document(answer, req, cid)
+    await reply.respond(200, orjson.dumps(doc), _headers(JSON_HEADERS, call.dropped))
+
+
+def _complete(call: CompletionCall) -> Awaitable[Completion]:
+    return call.complete()
+
+
+def _document(out: Completion, req: CompletionRequest, cid: str) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "id": cid,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": req.model,
+        "choices": out["choices"],
+        "usage": out["usage"],
+    }
+    fingerprint = out.get("system_fingerprint")
+    if fingerprint is not None:
+        doc["system_fingerprint"] = fingerprint
+    return doc
+
+
+async def _stream(
+    inbound: Inbound,
+    reply: Reply,
+    record: RequestRecord,
+    req: CompletionRequest,
+    plan: Plan,
+    cid: str,
+) -> None:
+    prepare = completion_preparer(inbound.runtime, req)
+    call, (first, rest) = await _attempts(inbound, reply, record, plan, prepare, _first_batch)
+    await reply.start_stream(_headers(SSE_HEADERS, call.dropped))
+    env = Envelope(cid, int(time.time()), req.model, req.include_usage)
+    result = StreamResult()
+    began = time.perf_counter()
+    try:
+        await until_disconnect(
+            pump(reply.send, first, rest, env, req.include_usage, result), inbound.receive
+        )
+    finally:  # the time not spent writing is time spent waiting on the provider
+        record.upstream_s += time.perf_counter() - began - result.write_s
+        record.first_token = result.first_at
+        record.use(result.usage)
+    if result.error is not None:
+        record.error_type = type(result.error).__name__
+
+
+async def _first_batch(call: CompletionCall) -> tuple[list[Chunk], Batches]:
+    """The stream and its first batch: until it comes, a failure is still a plain JSON error
+    response, and the attempt can be retried or fall back."""
+    batches = call.stream().__aiter__()
+    try:
+        return await anext(batches, []), batches
+    except BaseException:
+        aclose = getattr(batches, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        raise
+
+
+def completion_preparer(rt: Runtime, req: CompletionRequest) -> Prepare[CompletionCall]:
+    def prepare(leaf: Leaf, target: Target) -> CompletionCall:
+        mine = req
+        if leaf.overrides:
+            mine = apply_overrides(mine, leaf.overrides, rt.config.server.limits)
+        provider = rt.providers[target.provider]
+        return provider.completion(apply_defaults(mine, target.defaults), target)
+
+    return prepare
+
+
+def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> int:
+    """The tokens a request may use: its prompts (the serving provider's tokenizer where the
+    gateway has one, else 4 bytes a token) plus max_tokens for every generated choice."""
+    leaf, target = plan.first()
+    if leaf.overrides:
+        req = apply_overrides(req, leaf.overrides, rt.config.server.limits)
+    max_tokens = req.max_tokens
+    default = target.defaults.get("max_tokens")  # validated with the config: an int
+    if "max_tokens" not in req.fields and isinstance(default, int):
+        max_tokens = default
+    prompt = input_tokens(rt, target, req.prompts, req.prompt_is_tokens)
+    return prompt + max_tokens * req.n_prompts * max(req.n, req.best_of or 1)
+
+
+# ---------------------------------------------------------------- embeddings
+
+
+async def embed(
+    inbound: Inbound, reply: Reply, record: RequestRecord, principal: Principal, body: bytes
+) -> None:
+    rt = inbound.runtime
+    config = portkey.from_headers(inbound.headers, rt.config.configs, rt.config.providers)
+    req = parse_embedding(body)
+    record.model = rt.model_label(req.model)
+    virtual_key = inbound.headers.get("x-portkey-virtual-key")
+    plan = rt.router.plan(principal, req.model, virtual_key, config, endpoint="embeddings")
+    grant = await rt.limiter.admit(
+        principal.key_id, req.model, record.model, lambda: embedding_reservation(rt, req, plan)
+    )
+    reply.add_headers(grant.headers)
+    await _settled(grant, record, reply, _embeddings(inbound, reply, record, req, plan))
+
+
+async def _embeddings(
+    inbound: Inbound, reply: Reply, record: RequestRecord, req: EmbeddingRequest, plan: Plan
+) -> None:
+    prepare = embedding_preparer(inbound.runtime, req)
+    call, answer = await _attempts(inbound, reply, record, plan, prepare, _embed)
+    record.use(answer["usage"])
+    doc = document(answer["data"], answer["usage"], req.model)
+    await reply.respond(200, orjson.dumps(doc), _headers(JSON_HEADERS, call.dropped))
+
+
+def _embed(call: EmbeddingCall) -> Awaitable[Embeddings]:
+    return call.embed()
+
+
+def embedding_preparer(rt: Runtime, req: EmbeddingRequest) -> Prepare[EmbeddingCall]:
+    def prepare(leaf: Leaf, target: Target) -> EmbeddingCall:
+        mine = req
+        if leaf.overrides:
+            mine = validate_embedding({**req.fields, **leaf.overrides})
+        provider = rt.providers[target.provider]
+        return provider.embedding(embedding_defaults(mine, target.defaults), target)
+
+    return prepare
+
+
+def embedding_reservation(rt: Runtime, req: EmbeddingRequest, plan: Plan) -> int:
+    """The tokens an embeddings request uses: its inputs, counted as prompts are."""
+    _, target = plan.first()
+    return input_tokens(rt, target, req.inputs, req.input_is_tokens)
+
+
+# ---------------------------------------------------------------- shared
+
+
+def input_tokens(rt: Runtime, target: Target, inputs: Sequence[Any], is_tokens: bool) -> int:
+    """Prompt or input tokens: token ids as they are, texts by the serving provider's
+    tokenizer where the gateway has one, else 4 bytes a token."""
+    if is_tokens:
+        return sum(map(len, inputs))
+    counted = rt.providers[target.provider].count_tokens(inputs)
+    return sum(counted if counted is not None else [-(-len(t.encode()) // 4) for t in inputs])
+
+
+async def _attempts(
+    inbound: Inbound,
+    reply: Reply,
+    record: RequestRecord,
+    plan: Plan,
+    prepare: Prepare[C],
+    send: Send[C, T],
+) -> tuple[C, T]:
+    """The plan's attempts: the call that answered and its answer (else the error). A Portkey
+    config's requests learn what answered, and after how many retries (also when nothing did)."""
+    outcome = await inbound.runtime.attempts.run(plan, prepare, send, inbound.receive, record)
+    if plan.portkey and outcome.used is not None:
+        reply.add_headers(
+            [
+                (b"x-portkey-last-used-option-index", outcome.used.path.encode()),
+                (b"x-portkey-retry-attempt-count", str(outcome.retries).encode()),
+                (b"x-portkey-provider", outcome.used.provider.encode()),
+            ]
+        )
+    return outcome.result()
+
+
+def _headers(base: RawHeaders, dropped: tuple[str, ...]) -> RawHeaders:
+    if not dropped:
+        return base
+    return [*base, (DROPPED_HEADER, ",".join(dropped).encode())]
+
+
+async def _settled(
+    grant: Grant, record: RequestRecord, reply: Reply, serving: Awaitable[None]
+) -> None:
+    """Serve, then settle the rate limiter's reservation with what was used."""
+    try:
+        await serving
+    except GatewayError:
+        if not reply.started:
+            grant.settle(0)  # refused or failed before any output: nothing was generated
+        raise
+    finally:
+        grant.settle(record.total_tokens)  # None (unknown) keeps the reservation
