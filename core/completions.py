@@ -31,6 +31,7 @@ from core.fields import (
 from core.fields import structured as obj
 from core.wire import parse_json
 
+CONTEXT = "context_length_exceeded_behavior"  # the extension's name
 CONTEXT_BEHAVIORS = ("error", "truncate")
 DEFAULT_MAX_TOKENS = 16  # OpenAI's: an absent or null max_tokens means 16
 
@@ -65,7 +66,7 @@ COMPLETIONS = Declaration(
         number("top_p", 0.0, 1.0, default=1),
         string("user"),
         # The provider extensions.
-        choice("context_length_exceeded_behavior", *CONTEXT_BEHAVIORS, family=EXTENSION),
+        choice(CONTEXT, *CONTEXT_BEHAVIORS, family=EXTENSION),
         boolean("ignore_eos", family=EXTENSION),
         number("mirostat_target", 0.0, lo_open=True, family=EXTENSION),
         number("mirostat_lr", 0.0, lo_open=True, family=EXTENSION),

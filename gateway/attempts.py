@@ -4,7 +4,7 @@ fallback groups moving on, loadbalance groups picking by weight among targets no
 
 `Attempts` holds what the tries need of the runtime (the breakers, the metrics of calls, the
 router's randomness); `run` is one request's tries. It takes how to prepare the request for a
-target (`Prepare`) and how to send what was prepared (`Send`), and returns an `Outcome`: the
+target (`Prepare`) and how to send what was prepared (`SendCall`), and returns an `Outcome`: the
 answer and the call that gave it, or the error the caller gets, with the target tried last and
 its retries (Portkey's response headers name them, also when nothing answered).
 
@@ -35,19 +35,19 @@ from gateway.plans import Plan
 from gateway.trees import Group, Leaf, Node
 
 
-class Prepared(Protocol):
+class Call(Protocol):
     """A request prepared for one target (a provider's CompletionCall or EmbeddingCall)."""
 
     @property
     def dropped(self) -> tuple[str, ...]: ...
 
 
-C = TypeVar("C", bound=Prepared)
+C = TypeVar("C", bound=Call)
 T = TypeVar("T")
 # The request as a leaf's target gets it (its overrides and defaults applied, mapped by the
 # provider): what one try sends. A retry prepares anew: a provider's state is one try's.
 Prepare = Callable[[Leaf, Target], C]
-Send = Callable[[C], Awaitable[T]]
+SendCall = Callable[[C], Awaitable[T]]
 
 
 @dataclass(slots=True)
@@ -99,7 +99,7 @@ class Attempts:
         self,
         plan: Plan,
         prepare: Prepare[C],
-        send: Send[C, T],
+        send: SendCall[C, T],
         receive: Receive,
         record: RequestRecord,
     ) -> Outcome[C, T]:
@@ -123,7 +123,7 @@ class _Tries(Generic[C, T]):
         attempts: Attempts,
         plan: Plan,
         prepare: Prepare[C],
-        send: Send[C, T],
+        send: SendCall[C, T],
         receive: Receive,
         record: RequestRecord,
     ) -> None:

@@ -16,7 +16,7 @@ from gateway import service
 from gateway.auth import Principal
 from gateway.context import Inbound, Reply
 from gateway.http import JSON_HEADERS, ClientGone, read_body
-from gateway.metrics import EMBEDDINGS, TEXT_COMPLETION, RequestRecord
+from gateway.metrics import OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
 
 log = logging.getLogger("gateway.handlers")
 
@@ -56,11 +56,11 @@ class Endpoint:
 
 
 async def completions(inbound: Inbound, reply: Reply) -> None:
-    await _inference(inbound, reply, service.complete, TEXT_COMPLETION)
+    await _inference(inbound, reply, service.complete, OP_TEXT_COMPLETION)
 
 
 async def embeddings(inbound: Inbound, reply: Reply) -> None:
-    await _inference(inbound, reply, service.embed, EMBEDDINGS)
+    await _inference(inbound, reply, service.embed, OP_EMBEDDINGS)
 
 
 async def _inference(inbound: Inbound, reply: Reply, serve: Serve, operation: str) -> None:

@@ -33,8 +33,8 @@ from gateway.circuits import STATE_NAMES
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The operation (OpenTelemetry's gen_ai.operation.name): which endpoint served the request.
-TEXT_COMPLETION = "text_completion"
-EMBEDDINGS = "embeddings"
+OP_TEXT_COMPLETION = "text_completion"
+OP_EMBEDDINGS = "embeddings"
 OTHER_MODEL = "other"
 RELOAD_RESULTS = {True: "ok", False: "error"}
 TASKS_HELP = "asyncio tasks alive in the process (single-worker mode only)."
@@ -119,7 +119,7 @@ class RequestRecord:
     """What one inference request did, filled in along its path and observed once at its end."""
 
     start: float  # perf_counter() at arrival
-    operation: str = TEXT_COMPLETION  # or EMBEDDINGS
+    operation: str = OP_TEXT_COMPLETION  # or OP_EMBEDDINGS
     model: str = OTHER_MODEL  # the label: a configured alias, or `other`
     stream: bool = False
     provider: str = ""  # the provider that served it (last tried); "" if none was reached
@@ -137,7 +137,7 @@ class RequestRecord:
 
     @property
     def total_tokens(self) -> int | None:
-        if self.operation == EMBEDDINGS:  # an embedding has input tokens only
+        if self.operation == OP_EMBEDDINGS:  # an embedding has input tokens only
             return self.prompt_tokens
         if self.prompt_tokens is None or self.completion_tokens is None:
             return None

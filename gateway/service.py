@@ -25,7 +25,7 @@ from core.embeddings import (
 from core.errors import GatewayError
 from core.provider import CompletionCall, EmbeddingCall, Target
 from core.responses import Chunk, Completion, Embeddings
-from gateway.attempts import C, Prepare, Send
+from gateway.attempts import C, Prepare, SendCall
 from gateway.auth import Principal
 from gateway.config import portkey
 from gateway.context import Inbound, Reply
@@ -229,7 +229,7 @@ async def _attempts(
     record: RequestRecord,
     plan: Plan,
     prepare: Prepare[C],
-    send: Send[C, T],
+    send: SendCall[C, T],
 ) -> tuple[C, T]:
     """The plan's attempts: the call that answered and its answer (else the error). A Portkey
     config's requests learn what answered, and after how many retries (also when nothing did)."""

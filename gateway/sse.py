@@ -18,7 +18,7 @@ from core.errors import GatewayError, error_event, internal
 from core.responses import Choice, Chunk, Usage
 from gateway.http import Send
 
-DONE = b"data: [DONE]\n\n"
+DONE_EVENT = b"data: [DONE]\n\n"
 log = logging.getLogger("gateway.sse")
 
 
@@ -97,7 +97,7 @@ async def pump(
         aclose = getattr(rest, "aclose", None)
         if aclose is not None:
             await aclose()
-    await send({"type": "http.response.body", "body": DONE, "more_body": False})
+    await send({"type": "http.response.body", "body": DONE_EVENT, "more_body": False})
 
 
 async def _write(send: Send, batch: list[Chunk], env: Envelope, result: StreamResult) -> None:

@@ -1,6 +1,6 @@
 """Parameter rules: how one dialect treats each request field, as data.
 
-A dialect is a mapping field name → Rule, plus the rule for unknown fields under the key `*`.
+A dialect is a mapping field name → FieldRule, plus the rule for unknown fields under the key `*`.
 Dialects derive from the OpenAI table and state only their differences (`derive`). A key inside
 an object field may have its own row, `"field.key"` (e.g. `stream_options.continuous_usage_stats`):
 it is applied first, and a key that is not forwarded is taken out of the object.
@@ -21,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, Literal
+from typing import Any
 
 from core.completions import SUB_FIELDS
 from core.errors import InvalidRequest, UnsupportedParameter
+from core.provider import Policy
 
 UNKNOWN = "*"
 SUB_PARENTS = frozenset(name.split(".", 1)[0] for name in SUB_FIELDS)
-Policy = Literal["reject", "drop"]
 
 
 class Action(Enum):
@@ -41,7 +41,7 @@ class Action(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class FieldRule:
     action: Action
     to: str | None = None  # rename target
     lo: float | None = None  # inclusive range the upstream accepts (pass/rename)
@@ -49,30 +49,30 @@ class Rule:
     convert: Callable[[Any], Mapping[str, Any]] | None = None  # value → fields to send
     note: str = ""
 
-    def with_range(self, lo: float | None, hi: float | None) -> Rule:
+    def with_range(self, lo: float | None, hi: float | None) -> FieldRule:
         return replace(self, lo=lo, hi=hi)
 
 
-def passes(lo: float | None = None, hi: float | None = None) -> Rule:
-    return Rule(Action.PASS, lo=lo, hi=hi)
+def passes(lo: float | None = None, hi: float | None = None) -> FieldRule:
+    return FieldRule(Action.PASS, lo=lo, hi=hi)
 
 
-def rename(to: str) -> Rule:
-    return Rule(Action.RENAME, to=to)
+def rename(to: str) -> FieldRule:
+    return FieldRule(Action.RENAME, to=to)
 
 
-def convert(fn: Callable[[Any], Mapping[str, Any]], note: str = "") -> Rule:
-    return Rule(Action.CONVERT, convert=fn, note=note)
+def convert(fn: Callable[[Any], Mapping[str, Any]], note: str = "") -> FieldRule:
+    return FieldRule(Action.CONVERT, convert=fn, note=note)
 
 
-EMULATE = Rule(Action.EMULATE)
-DROP = Rule(Action.DROP)
-REJECT = Rule(Action.REJECT)
+EMULATE = FieldRule(Action.EMULATE)
+DROP = FieldRule(Action.DROP)
+REJECT = FieldRule(Action.REJECT)
 
-Dialect = Mapping[str, Rule]
+Dialect = Mapping[str, FieldRule]
 
 
-def derive(base: Dialect, **changes: Rule) -> dict[str, Rule]:
+def derive(base: Dialect, **changes: FieldRule) -> dict[str, FieldRule]:
     return {**base, **changes}
 
 
@@ -145,7 +145,7 @@ def _sub_rules(
     return kept
 
 
-def _unsupported(name: str, rule: Rule, target: str) -> UnsupportedParameter:
+def _unsupported(name: str, rule: FieldRule, target: str) -> UnsupportedParameter:
     return UnsupportedParameter(
         f"Parameter '{name}' is not supported by target '{target}'"
         + (f" ({rule.note})." if rule.note else "."),
@@ -153,7 +153,7 @@ def _unsupported(name: str, rule: Rule, target: str) -> UnsupportedParameter:
     )
 
 
-def _check_range(rule: Rule, name: str, value: Any, target: str) -> None:
+def _check_range(rule: FieldRule, name: str, value: Any, target: str) -> None:
     if rule.lo is None and rule.hi is None:
         return
     if type(value) not in (int, float):

@@ -61,7 +61,7 @@ class Timeouts:
 
 
 @dataclass(frozen=True, slots=True)
-class Scope:
+class TreeScope:
     """What a node inherits from its groups, and what its targets are built with."""
 
     alias: str
@@ -86,7 +86,7 @@ def model(alias: str, m: Mapping[str, Any], providers: Collection[str]) -> Model
         raise ConfigError(f"{path}.weight", "weights belong to targets")
     endpoint = one_of(m.get("endpoint", "completions"), f"{path}.endpoint", tuple(ENDPOINT_FIELDS))
     given = mapping(m.get("defaults", {}), f"{path}.defaults")
-    scope = Scope(
+    scope = TreeScope(
         alias,
         providers,
         one_of(m.get("unsupported_params", "reject"), f"{path}.unsupported_params", POLICIES),
@@ -96,7 +96,7 @@ def model(alias: str, m: Mapping[str, Any], providers: Collection[str]) -> Model
     return ModelConfig(alias, tree, limits(m.get("limits", {}), f"{path}.limits"), endpoint)
 
 
-def node(m: Mapping[str, Any], path: str, scope: Scope, group: bool) -> Node:
+def node(m: Mapping[str, Any], path: str, scope: TreeScope, group: bool) -> Node:
     """A group (it has `targets`) or a target, with what it inherits from `scope`."""
     known(m, path, (*MODEL_KEYS, *NODE_KEYS) if group else (*NODE_KEYS, *LEAF_KEYS))
     scope = replace(
@@ -119,7 +119,7 @@ def node(m: Mapping[str, Any], path: str, scope: Scope, group: bool) -> Node:
     return Leaf(provider, model_id, path, share, scope.retry, target)
 
 
-def _group(m: Mapping[str, Any], path: str, scope: Scope, share: float) -> Group:
+def _group(m: Mapping[str, Any], path: str, scope: TreeScope, share: float) -> Group:
     if "provider" in m or "model" in m:
         raise ConfigError(path, "a group has targets, not a provider or model of its own")
     mode, fall_on = strategy(m.get("strategy", "single"), f"{path}.strategy")

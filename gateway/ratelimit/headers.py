@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import math
 
+from gateway.http import RawHeaders
 from gateway.ratelimit.rules import Reported, Rule, State, Values, Verdict
-
-RawHeaders = list[tuple[bytes, bytes]]
 
 KIND_WORDS = {
     "requests": "requests per minute (RPM)",

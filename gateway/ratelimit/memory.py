@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gateway.ratelimit.headers import RawHeaders, kind_headers
+from gateway.http import RawHeaders
+from gateway.ratelimit.headers import kind_headers
 from gateway.ratelimit.rules import WINDOW_S, Ask, RuleSet, Values, Verdict
 
 PARALLEL_RETRY_S = 1.0  # a parallel slot frees when some request ends: no arithmetic says when

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Kind = Literal["requests", "tokens", "parallel"]
-Scope = Literal["key", "model", "key_model"]
-Backend = Literal["memory", "redis"]
+LimitScope = Literal["key", "model", "key_model"]
+BackendName = Literal["memory", "redis"]
 Mode = Literal["local", "open", "closed"]
 
 WINDOW_S = 60.0  # rpm and tpm are per minute; a bucket holds a minute's worth
@@ -47,7 +47,7 @@ class BreakerConfig:
 
 @dataclass(frozen=True, slots=True)
 class RateLimitConfig:
-    backend: Backend = "memory"
+    backend: BackendName = "memory"
     redis_url: str = "redis://127.0.0.1:6379/0"
     cluster: bool = False  # redis_url names one node of a Redis Cluster
     on_backend_error: Mode = "local"
@@ -63,7 +63,7 @@ class RateLimitConfig:
 class Rule:
     """One limit that applies to a request."""
 
-    scope: Scope
+    scope: LimitScope
     kind: Kind
     limit: int
     bucket: str  # unique name of the state this limit keeps
@@ -168,7 +168,7 @@ class RuleBook:
         return tuple(out)
 
 
-def _rules(scope: Scope, limits: Limits, bucket: str, subject: str) -> list[Rule]:
+def _rules(scope: LimitScope, limits: Limits, bucket: str, subject: str) -> list[Rule]:
     short = {"requests": "r", "tokens": "t", "parallel": "p"}
     return [
         Rule(scope, kind, value, f"{bucket}:{short[kind]}", subject)

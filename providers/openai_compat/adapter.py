@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 
 import orjson
 
-from core.completions import CompletionRequest
+from core.completions import CONTEXT, CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, ContextLengthExceeded, GatewayError, InvalidRequest
 from core.provider import Adapter, Prepared, Target
@@ -32,11 +32,10 @@ from .normalize import Normalization, StreamNormalizer, choices, extras_for, fin
 from .settings import Settings, parse_settings
 
 T = TypeVar("T")
-Call = Callable[[bytes, Target], Awaitable[T]]
+Post = Callable[[bytes, Target], Awaitable[T]]  # the client's post_json or open_stream
 
 # Fields the adapter writes itself from the validated request, whatever the dialect says.
 SELF_SET = ("model", "max_tokens", "stream")
-CONTEXT = "context_length_exceeded_behavior"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +212,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding]):
         finally:
             resp.close()  # a no-op after a complete stream; cuts the upstream off otherwise
 
-    async def _send(self, prepared: Prepared[UpstreamCompletion], call: Call[T]) -> T:
+    async def _send(self, prepared: Prepared[UpstreamCompletion], post: Post[T]) -> T:
         """One upstream call (after the context check, if needed); with emulated "truncate", one
         retry with the room that is left."""
         plan = prepared.state
@@ -222,12 +221,12 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding]):
             req = plan.request
             await self._guard.check(req.prompts, req.max_tokens, target)
         try:
-            return await call(plan.payload, target)
+            return await post(plan.payload, target)
         except ContextLengthExceeded as err:
             payload = _truncated(plan, err) if plan.truncate else None
             if payload is None:
                 raise
-        return await call(payload, target)
+        return await post(payload, target)
 
 
 def _normalized(

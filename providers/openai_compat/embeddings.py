@@ -15,30 +15,34 @@ from typing import Any
 
 from core.embeddings import VLLM_FIELDS, decode, encode
 from core.responses import Embeddings, EmbeddingUsage
-from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
+from providers.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
 
 from .errors import bad_answer
 
-OPENAI: Mapping[str, Rule] = MappingProxyType(
+OPENAI: Mapping[str, FieldRule] = MappingProxyType(
     {
         "model": passes(),
         "input": passes(),
         "encoding_format": passes(),
         "dimensions": passes(1),
         "user": passes(),
-        **{name: Rule(Action.REJECT, note="a vLLM extra") for name in VLLM_FIELDS},
-        UNKNOWN: Rule(Action.REJECT, note="unknown to OpenAI's embeddings API"),
+        **{name: FieldRule(Action.REJECT, note="a vLLM extra") for name in VLLM_FIELDS},
+        UNKNOWN: FieldRule(Action.REJECT, note="unknown to OpenAI's embeddings API"),
     }
 )
 VLLM_PASS = {name: passes() for name in (*VLLM_FIELDS, UNKNOWN)}
-RULES: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
+RULES: Mapping[str, Mapping[str, FieldRule]] = MappingProxyType(
     {
         "openai": OPENAI,
         # Fireworks documents floats only: the gateway encodes base64 itself.
         "fireworks": derive(
             OPENAI,
             encoding_format=EMULATE,
-            **{UNKNOWN: Rule(Action.REJECT, note="Fireworks' embeddings API has no such field")},
+            **{
+                UNKNOWN: FieldRule(
+                    Action.REJECT, note="Fireworks' embeddings API has no such field"
+                )
+            },
         ),
         # vLLM's own extras (truncate_prompt_tokens, add_special_tokens, …) pass.
         "vllm-server": derive(OPENAI, **VLLM_PASS),

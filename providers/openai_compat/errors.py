@@ -58,7 +58,7 @@ class Detail:
 
 
 @dataclass(frozen=True, slots=True)
-class Kind:
+class StatusKind:
     """How one upstream status surfaces to the caller."""
 
     cls: type[GatewayError]
@@ -70,21 +70,23 @@ class Kind:
     hint: str = ""
 
 
-_INVALID = Kind(InvalidRequest, 400, keep_param=True, keep_type=True)
-_SERVER = Kind(UpstreamError, 502, retry_headers=True, code="upstream_server_error")
+_INVALID = StatusKind(InvalidRequest, 400, keep_param=True, keep_type=True)
+_SERVER = StatusKind(UpstreamError, 502, retry_headers=True, code="upstream_server_error")
 
 # Status table; anything not listed is handled as an upstream server failure.
-KINDS: Mapping[int, Kind] = MappingProxyType(
+KINDS: Mapping[int, StatusKind] = MappingProxyType(
     {
         400: _INVALID,
         422: _INVALID,  # FastAPI validation; OpenAI clients expect 400
-        401: Kind(UpstreamError, 502, code="upstream_authentication_failed", hint=NOT_CALLERS),
-        403: Kind(UpstreamError, 502, code="upstream_permission_denied", hint=NOT_CALLERS),
-        404: Kind(UpstreamError, 502, code="upstream_not_found", hint=NOT_CALLERS),
-        408: Kind(UpstreamTimeout, 504, retry_headers=True),
-        409: Kind(UpstreamError, 409, keep_type=True, retry_headers=True, code="conflict"),
-        413: Kind(PayloadTooLarge, 413),
-        429: Kind(RateLimited, 429, keep_type=True, retry_headers=True),
+        401: StatusKind(
+            UpstreamError, 502, code="upstream_authentication_failed", hint=NOT_CALLERS
+        ),
+        403: StatusKind(UpstreamError, 502, code="upstream_permission_denied", hint=NOT_CALLERS),
+        404: StatusKind(UpstreamError, 502, code="upstream_not_found", hint=NOT_CALLERS),
+        408: StatusKind(UpstreamTimeout, 504, retry_headers=True),
+        409: StatusKind(UpstreamError, 409, keep_type=True, retry_headers=True, code="conflict"),
+        413: StatusKind(PayloadTooLarge, 413),
+        429: StatusKind(RateLimited, 429, keep_type=True, retry_headers=True),
     }
 )
 
@@ -196,7 +198,7 @@ def is_context_length(detail: Detail) -> bool:
     return any(marker in lowered for marker in CONTEXT_MARKERS)
 
 
-def _retry_headers(headers: Mapping[str, str], kind: Kind) -> dict[str, str]:
+def _retry_headers(headers: Mapping[str, str], kind: StatusKind) -> dict[str, str]:
     if not kind.retry_headers:
         return {}
     return {name: headers[name] for name in RETRY_HEADERS if name in headers}

@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from core.completions import CompletionRequest
+from core.completions import CONTEXT, CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import GatewayError, InvalidRequest, UpstreamTimeout
 from core.provider import Adapter, Prepared, Target
@@ -42,7 +42,6 @@ T = TypeVar("T")
 
 # Fields the adapter reads from the validated request itself, whatever the rules say.
 SELF_SET = ("model", "prompt", "stream", "max_tokens", "n")
-CONTEXT = "context_length_exceeded_behavior"
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs
 GENERATE = "generate"  # vLLM's task name for text generation
 # What a caller hears when the engine's model cannot do the endpoint's task.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from core.embeddings import VLLM_FIELDS, EmbeddingRequest, encode
 from core.errors import ContextLengthExceeded, InvalidRequest, ServiceUnavailable, UpstreamError
 from core.responses import Embeddings
-from providers.params import EMULATE, UNKNOWN, Action, Rule, passes
+from providers.params import EMULATE, UNKNOWN, Action, FieldRule, passes
 from providers.vllm_engine import submit
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 TASK: Final = "embed"
 
-RULES: Mapping[str, Rule] = MappingProxyType(
+RULES: Mapping[str, FieldRule] = MappingProxyType(
     {
         "model": passes(),
         "input": passes(),
@@ -38,7 +38,7 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         "dimensions": passes(1),  # Matryoshka models only: `verified`
         "user": passes(),  # accepted and unused, as by vLLM's server
         **{name: passes() for name in VLLM_FIELDS},
-        UNKNOWN: Rule(Action.REJECT, note="not supported by the in-process vLLM engine"),
+        UNKNOWN: FieldRule(Action.REJECT, note="not supported by the in-process vLLM engine"),
     }
 )
 

@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from providers.openai_compat.dialects.openai import CONTINUOUS
 from providers.openai_compat.dialects.vllm import RULES as VLLM_SERVER
-from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
+from providers.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
 from providers.vllm_engine.sampling import VLLM_DIRECT
 
 # vLLM's extras the engine serves, as vLLM's server does.
@@ -35,7 +35,7 @@ SAMPLING_READS = ("prompt_logprobs", "logprob_token_ids", "vllm_xargs", "structu
 SERVED = (*VLLM_DIRECT, *SAMPLING_READS, *ADAPTER_READS)
 
 
-RULES: Mapping[str, Rule] = MappingProxyType(
+RULES: Mapping[str, FieldRule] = MappingProxyType(
     derive(
         VLLM_SERVER,
         # The engine's usage is exact from token counts; the gateway renders the usage chunk.
@@ -48,6 +48,6 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         mirostat_lr=passes(),
         **{name: passes() for name in SERVED},
         logprobs=passes(-1),  # the adapter checks the engine's own cap (max_logprobs)
-        **{UNKNOWN: Rule(Action.REJECT, note="not supported by the in-process vLLM engine")},
+        **{UNKNOWN: FieldRule(Action.REJECT, note="not supported by the in-process vLLM engine")},
     )
 )

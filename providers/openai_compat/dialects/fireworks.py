@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from core.completions import VLLM_FIELDS
-from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
+from providers.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
 
 from .openai import CONTINUOUS
 from .openai import RULES as OPENAI
@@ -17,11 +17,11 @@ from .spec import DialectSpec
 
 NOT_FIREWORKS = "Fireworks' completions API has no such parameter"
 
-RULES: Mapping[str, Rule] = MappingProxyType(
+RULES: Mapping[str, FieldRule] = MappingProxyType(
     derive(
         OPENAI,
         best_of=EMULATE,
-        suffix=Rule(Action.REJECT, note=NOT_FIREWORKS),
+        suffix=FieldRule(Action.REJECT, note=NOT_FIREWORKS),
         stream_options=EMULATE,  # no such option: usage arrives on the last chunk regardless
         top_k=passes(0, 100),
         min_p=passes(0.0, 1.0),
@@ -34,9 +34,9 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         logprobs=passes(0, 5),
         # vLLM's extras. Fireworks has return_token_ids too, but the gateway may cut a stop
         # string Fireworks included from the text, and its token ids would still carry it.
-        **{name: Rule(Action.REJECT, note=NOT_FIREWORKS) for name in VLLM_FIELDS},
-        **{CONTINUOUS: Rule(Action.REJECT, note="Fireworks reports usage once, at the end")},
-        **{UNKNOWN: Rule(Action.REJECT, note=NOT_FIREWORKS)},
+        **{name: FieldRule(Action.REJECT, note=NOT_FIREWORKS) for name in VLLM_FIELDS},
+        **{CONTINUOUS: FieldRule(Action.REJECT, note="Fireworks reports usage once, at the end")},
+        **{UNKNOWN: FieldRule(Action.REJECT, note=NOT_FIREWORKS)},
     )
 )
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from core.completions import VLLM_FIELDS
-from providers.params import EMULATE, UNKNOWN, Action, Rule, derive, passes
+from providers.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
 
 from .openai import CONTINUOUS
 from .openai import RULES as OPENAI
@@ -18,7 +18,7 @@ from .spec import DialectSpec
 
 NO_MIROSTAT = "not supported for generic OpenAI-compatible servers"
 
-RULES: Mapping[str, Rule] = MappingProxyType(
+RULES: Mapping[str, FieldRule] = MappingProxyType(
     derive(
         OPENAI,
         best_of=EMULATE,
@@ -27,8 +27,8 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         repetition_penalty=passes(),
         ignore_eos=passes(),
         response_format=passes(),
-        mirostat_target=Rule(Action.REJECT, note=NO_MIROSTAT),
-        mirostat_lr=Rule(Action.REJECT, note=NO_MIROSTAT),
+        mirostat_target=FieldRule(Action.REJECT, note=NO_MIROSTAT),
+        mirostat_lr=FieldRule(Action.REJECT, note=NO_MIROSTAT),
         **{name: passes() for name in VLLM_FIELDS},  # many such servers are vLLM-based
         **{CONTINUOUS: passes(), UNKNOWN: passes()},
     )

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from core.completions import VLLM_FIELDS
-from providers.params import EMULATE, UNKNOWN, Action, Rule, convert, passes
+from providers.params import EMULATE, UNKNOWN, Action, FieldRule, convert, passes
 
 from .spec import DialectSpec
 
@@ -31,7 +31,7 @@ def usage_always(value: Any) -> Mapping[str, Any]:
 
 NOT_OPENAI = "not an OpenAI parameter"
 
-RULES: Mapping[str, Rule] = MappingProxyType(
+RULES: Mapping[str, FieldRule] = MappingProxyType(
     {
         "model": passes(),
         "prompt": passes(),
@@ -47,22 +47,24 @@ RULES: Mapping[str, Rule] = MappingProxyType(
         "stop": passes(),
         "stream": passes(),
         "stream_options": convert(usage_always, "always include_usage upstream"),
-        CONTINUOUS: Rule(Action.REJECT, note="OpenAI's streams have no per-chunk usage"),
+        CONTINUOUS: FieldRule(Action.REJECT, note="OpenAI's streams have no per-chunk usage"),
         "suffix": passes(),
         "temperature": passes(0.0, 2.0),
         "top_p": passes(0.0, 1.0),
         "user": passes(),
         # OpenAI errors on overflow natively; "truncate" is emulated by a retry with less room.
         "context_length_exceeded_behavior": EMULATE,
-        "ignore_eos": Rule(Action.REJECT, note=NOT_OPENAI),
-        "mirostat_target": Rule(Action.REJECT, note=NOT_OPENAI),
-        "mirostat_lr": Rule(Action.REJECT, note=NOT_OPENAI),
-        "top_k": Rule(Action.REJECT, note=NOT_OPENAI),
-        "repetition_penalty": Rule(Action.REJECT, note=NOT_OPENAI),
-        "min_p": Rule(Action.REJECT, note=NOT_OPENAI),
-        "response_format": Rule(Action.REJECT, note="legacy completions have no response_format"),
-        **{name: Rule(Action.REJECT, note="a vLLM parameter") for name in VLLM_FIELDS},
-        UNKNOWN: Rule(Action.REJECT, note="unknown to OpenAI's completions API"),
+        "ignore_eos": FieldRule(Action.REJECT, note=NOT_OPENAI),
+        "mirostat_target": FieldRule(Action.REJECT, note=NOT_OPENAI),
+        "mirostat_lr": FieldRule(Action.REJECT, note=NOT_OPENAI),
+        "top_k": FieldRule(Action.REJECT, note=NOT_OPENAI),
+        "repetition_penalty": FieldRule(Action.REJECT, note=NOT_OPENAI),
+        "min_p": FieldRule(Action.REJECT, note=NOT_OPENAI),
+        "response_format": FieldRule(
+            Action.REJECT, note="legacy completions have no response_format"
+        ),
+        **{name: FieldRule(Action.REJECT, note="a vLLM parameter") for name in VLLM_FIELDS},
+        UNKNOWN: FieldRule(Action.REJECT, note="unknown to OpenAI's completions API"),
     }
 )
 

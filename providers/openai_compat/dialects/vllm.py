@@ -13,7 +13,7 @@ from typing import Any
 
 from core.completions import VLLM_FIELDS
 from providers import vllm_checks
-from providers.params import EMULATE, UNKNOWN, Action, Rule, convert, derive, passes
+from providers.params import EMULATE, UNKNOWN, Action, FieldRule, convert, derive, passes
 
 from .openai import CONTINUOUS
 from .openai import RULES as OPENAI
@@ -37,19 +37,19 @@ def response_format_for_vllm(value: Any) -> Mapping[str, Any]:
     return {"response_format": value}
 
 
-RULES: Mapping[str, Rule] = MappingProxyType(
+RULES: Mapping[str, FieldRule] = MappingProxyType(
     derive(
         OPENAI,
         best_of=EMULATE,  # removed from current vLLM (silently ignored there)
-        suffix=Rule(Action.REJECT, note="vLLM does not support suffix"),
+        suffix=FieldRule(Action.REJECT, note="vLLM does not support suffix"),
         top_p=convert(top_p_nonzero, "0 becomes 1e-9: vLLM rejects top_p=0"),
         top_k=passes(-1),
         min_p=passes(0.0, 1.0),
         repetition_penalty=passes(),
         ignore_eos=passes(),
         response_format=convert(response_format_for_vllm, "json_object+schema → json_schema"),
-        mirostat_target=Rule(Action.REJECT, note="vLLM has no mirostat"),
-        mirostat_lr=Rule(Action.REJECT, note="vLLM has no mirostat"),
+        mirostat_target=FieldRule(Action.REJECT, note="vLLM has no mirostat"),
+        mirostat_lr=FieldRule(Action.REJECT, note="vLLM has no mirostat"),
         # Its own extras pass unchanged; the server checks logprobs against its --max-logprobs.
         **{name: passes() for name in VLLM_FIELDS},
         logprobs=passes(-1),
