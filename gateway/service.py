@@ -128,7 +128,9 @@ async def _first_batch(call: CompletionCall) -> tuple[list[Chunk], Batches]:
     response, and the attempt can be retried or fall back."""
     batches = call.stream().__aiter__()
     try:
-        return await anext(batches, []), batches
+        return await batches.__anext__(), batches
+    except StopAsyncIteration:
+        return [], batches
     except BaseException:
         aclose = getattr(batches, "aclose", None)
         if aclose is not None:

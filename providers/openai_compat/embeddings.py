@@ -61,7 +61,7 @@ def answer(body: Mapping[str, Any], count: int, encoding: str, label: str) -> Em
     if [_index(item) for item in ordered] != list(range(count)):
         raise bad_answer(label, "embeddings whose indexes are not those of the inputs")
     vectors = [_as(item.get("embedding"), encoding, label) for item in ordered]
-    return Embeddings(data=vectors, usage=usage(body.get("usage")))
+    return {"data": vectors, "usage": usage(body.get("usage"))}
 
 
 def _index(item: Any) -> int:
@@ -96,4 +96,4 @@ def usage(raw: Any) -> EmbeddingUsage:
     """OpenAI's embeddings usage: prompt tokens, and a total that equals them."""
     prompt = raw.get("prompt_tokens") if isinstance(raw, dict) else None
     prompt = prompt if type(prompt) is int and prompt >= 0 else 0
-    return EmbeddingUsage(prompt_tokens=prompt, total_tokens=prompt)
+    return {"prompt_tokens": prompt, "total_tokens": prompt}

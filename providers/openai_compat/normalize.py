@@ -146,7 +146,7 @@ def usage(raw: Any) -> Usage | None:
         total = raw.get("total_tokens")
         completion = max(total - prompt, 0) if type(total) is int else 0
     total = prompt + completion
-    out = Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+    out: Usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
     if isinstance(raw.get("prompt_tokens_details"), dict):
         out["prompt_tokens_details"] = raw["prompt_tokens_details"]
     if isinstance(raw.get("completion_tokens_details"), dict):
@@ -166,12 +166,12 @@ def choice(raw: Any, position: int, shape: Normalization, final: bool) -> Choice
     index = raw.get("index")
     index = index if type(index) is int else position
     reason = finish_reason(raw.get("finish_reason"), index, shape.label)
-    out = Choice(
-        text=raw.get("text") or "",
-        index=index,
-        logprobs=legacy_logprobs(raw.get("logprobs")),
-        finish_reason=reason or ("stop" if final else None),
-    )
+    out: Choice = {
+        "text": raw.get("text") or "",
+        "index": index,
+        "logprobs": legacy_logprobs(raw.get("logprobs")),
+        "finish_reason": reason or ("stop" if final else None),
+    }
     for key in shape.extras:
         if raw.get(key) is not None:
             out[key] = raw[key]  # type: ignore[literal-required]  # keys of EXTRAS, all Choice's
@@ -198,7 +198,7 @@ def finish(body: Mapping[str, Any], picked: list[Choice], shape: Normalization) 
             strip_stop(c, shape.stops, shape.protected(c["index"]))
         if not shape.want_logprobs:
             c["logprobs"] = None
-    out = Completion(choices=picked, usage=usage(body.get("usage")))
+    out: Completion = {"choices": picked, "usage": usage(body.get("usage"))}
     fingerprint = body.get("system_fingerprint")
     if isinstance(fingerprint, str):
         out["system_fingerprint"] = fingerprint
@@ -243,20 +243,21 @@ class StreamNormalizer:
                 deltas.append(delta)
         if not deltas:
             return []
-        chunk = Chunk(choices=deltas)
-        so_far = usage(event.get("usage"))
-        if self._shape.continuous_usage and so_far is not None:
-            chunk["usage"] = so_far  # the choice's usage so far
+        chunk: Chunk = {"choices": deltas}
+        if self._shape.continuous_usage:
+            so_far = usage(event.get("usage"))
+            if so_far is not None:
+                chunk["usage"] = so_far  # the choice's usage so far
         return [self._stamp(chunk)]
 
     def end(self) -> list[Chunk]:
         out: list[Chunk] = []
         held = self._hold.flush() if self._hold is not None else []
         if held:
-            out.append(self._stamp(Chunk(choices=held)))
+            out.append(self._stamp({"choices": held}))
         final = usage(self._usage)
         if final is not None:
-            out.append(self._stamp(Chunk(choices=[], usage=final)))
+            out.append(self._stamp({"choices": [], "usage": final}))
         return out
 
     def _stamp(self, chunk: Chunk) -> Chunk:

@@ -55,12 +55,12 @@ def trim_logprobs(logprobs: Logprobs, chars: int) -> Logprobs:
         else:  # straddles the cut: keep its head
             tokens[keep - 1] = token[: len(token) - chars]
             chars = 0
-    return Logprobs(
-        tokens=tokens[:keep],
-        token_logprobs=logprobs["token_logprobs"][:keep],
-        top_logprobs=logprobs["top_logprobs"][:keep],
-        text_offset=logprobs["text_offset"][:keep],
-    )
+    return {
+        "tokens": tokens[:keep],
+        "token_logprobs": logprobs["token_logprobs"][:keep],
+        "top_logprobs": logprobs["top_logprobs"][:keep],
+        "text_offset": logprobs["text_offset"][:keep],
+    }
 
 
 def merge(deltas: Sequence[Choice]) -> Choice:
@@ -69,20 +69,20 @@ def merge(deltas: Sequence[Choice]) -> Choice:
         return deltas[0]
     last = deltas[-1]
     parts = [d["logprobs"] for d in deltas if d["logprobs"] is not None]
-    logprobs = None
+    logprobs: Logprobs | None = None
     if parts:
-        logprobs = Logprobs(
-            tokens=[x for p in parts for x in p["tokens"]],
-            token_logprobs=[x for p in parts for x in p["token_logprobs"]],
-            top_logprobs=[x for p in parts for x in p["top_logprobs"]],
-            text_offset=[x for p in parts for x in p["text_offset"]],
-        )
-    return Choice(
-        text="".join(d["text"] for d in deltas),
-        index=last["index"],
-        logprobs=logprobs,
-        finish_reason=last["finish_reason"],
-    )
+        logprobs = {
+            "tokens": [x for p in parts for x in p["tokens"]],
+            "token_logprobs": [x for p in parts for x in p["token_logprobs"]],
+            "top_logprobs": [x for p in parts for x in p["top_logprobs"]],
+            "text_offset": [x for p in parts for x in p["text_offset"]],
+        }
+    return {
+        "text": "".join(d["text"] for d in deltas),
+        "index": last["index"],
+        "logprobs": logprobs,
+        "finish_reason": last["finish_reason"],
+    }
 
 
 class StopHoldBack:

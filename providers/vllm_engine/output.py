@@ -152,11 +152,11 @@ def finish_reason(reason: str | None) -> str | None:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> Usage:
-    return Usage(
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        total_tokens=prompt_tokens + completion_tokens,
-    )
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def request_usage(results: Iterable[RequestOutput]) -> Usage:
@@ -271,12 +271,12 @@ def choice(
 ) -> Choice:
     """One finished sequence as a canonical choice (`prompt` is needed with echo)."""
     token_ids, positions, text = _shown(output, shape, prompt)
-    out = Choice(
-        text=text,
-        index=index,
-        logprobs=_logprobs_or_none(token_ids, positions, shape, tokenizer, 0),
-        finish_reason=finish_reason(output.finish_reason),
-    )
+    out: Choice = {
+        "text": text,
+        "index": index,
+        "logprobs": _logprobs_or_none(token_ids, positions, shape, tokenizer, 0),
+        "finish_reason": finish_reason(output.finish_reason),
+    }
     if output.stop_reason is not None:
         out["stop_reason"] = output.stop_reason
     if shape.prompt_logprobs and prompt is not None and prompt.logprobs is not None:
@@ -405,7 +405,12 @@ class ChoiceStream:
             # for a possible stop string lags the tokens.
             self.text_offset = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
         self.completion_tokens += len(output.token_ids)
-        out = Choice(text=text, index=self.index, logprobs=logprobs, finish_reason=finish)
+        out: Choice = {
+            "text": text,
+            "index": self.index,
+            "logprobs": logprobs,
+            "finish_reason": finish,
+        }
         if output.stop_reason is not None:
             out["stop_reason"] = output.stop_reason
         if self.shape.token_ids:
@@ -462,7 +467,7 @@ class RequestStream:
                 delta = state.delta(output, prompt)
                 if delta is None:
                     continue
-                chunk = Chunk(choices=[delta])
+                chunk: Chunk = {"choices": [delta]}
                 if self.shape.continuous_usage:  # the choice's usage so far, as vLLM's server
                     chunk["usage"] = usage(self.prompt_tokens[prompt_idx], state.completion_tokens)
                 out.append(chunk)

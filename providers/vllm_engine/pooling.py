@@ -107,7 +107,7 @@ def document(results: list[PoolingRequestOutput], encoding: str, label: str) -> 
         values = result.outputs.data.tolist()
         vectors.append(encode(values) if encoding == "base64" else values)
     tokens = sum(len(r.prompt_token_ids or ()) for r in results)
-    return Embeddings(data=vectors, usage={"prompt_tokens": tokens, "total_tokens": tokens})
+    return {"data": vectors, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
 def _failed(message: str, retryable: bool, label: str) -> Exception:
