@@ -133,13 +133,13 @@ class Declaration:
         return tuple(f.name for f in self.fields if not families or f.family in families)
 
     def sub_fields(self, *families: Family) -> tuple[str, ...]:
-        """Keys of object fields, as `field.key`, of these families (a dialect may treat such a
-        key apart from its field)."""
+        """Keys of object fields, as `field.key`, of these families (all without one): a
+        dialect may treat such a key apart from its field."""
         return tuple(
             f"{f.name}.{part.name}"
             for f in self.fields
             for part in f.parts
-            if part.family in families
+            if not families or part.family in families
         )
 
     def check(self, name: str, value: Any) -> Any:

@@ -74,6 +74,17 @@ def strings(v: Any, name: str) -> list[str]:
     return v
 
 
+def documents(v: Any, name: str) -> list[dict[str, str]]:
+    """vLLM's `documents` (for a chat template's RAG): objects of string values."""
+    if type(v) is not list:
+        raise bad(name, "an array of documents", v)
+    for i, doc in enumerate(v):
+        obj(doc, f"{name}[{i}]")
+        for key, value in doc.items():
+            string(value, f"{name}[{i}].{key}")
+    return v
+
+
 def _fail(name: str, what: str, value: Any) -> Any:
     raise bad(name, what, value)
 
