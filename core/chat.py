@@ -49,7 +49,7 @@ CHAT = Declaration(
         integer("max_completion_tokens", 1),
         integer("n", 1, 128, default=1),
         number("presence_penalty", -2.0, 2.0, default=0),
-        structured("response_format", ("object",), rf.response_format),
+        structured("response_format", ("object",), rf.chat_response_format),
         integer("seed", -(2**63), 2**64 - 1),
         structured("stop", ("string", "array"), rf.stop),
         boolean("stream", default=False),
@@ -148,8 +148,15 @@ CROSS_CHECKS = (
     ),
     CrossCheck(
         lambda f: "tool_choice" in f and f["tool_choice"] != "none" and not f.get("tools"),
-        "'tool_choice' is only allowed when 'tools' are specified.",
+        "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+        "specified.",
         "tool_choice",
+    ),
+    CrossCheck(
+        lambda f: "parallel_tool_calls" in f and not f.get("tools"),
+        "Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed when "
+        "'tools' are specified.",
+        "parallel_tool_calls",
     ),
     CrossCheck(
         lambda f: "mirostat_lr" in f and "mirostat_target" not in f,
@@ -216,13 +223,26 @@ def _tokens_field(req: ChatRequest) -> str:
 
 
 def apply_chat_defaults(req: ChatRequest, defaults: Mapping[str, Any]) -> ChatRequest:
-    """Model-level defaults fill only the fields the caller did not set."""
-    missing = {k: v for k, v in defaults.items() if k not in req.fields and k in CHAT}
+    """Model-level defaults fill only the fields the caller did not set. An alias's defaults
+    are written for completions: those that are chat fields with a valid chat value apply
+    (`max_tokens`, `temperature`, `top_k`, …); the others (`logprobs` as a count, `best_of`,
+    `suffix`) mean nothing to a chat and are left out."""
+    missing = {k: v for k, v in defaults.items() if k not in req.fields and _applies(k, v)}
     if not missing:
         return req
     fields = missing | req.fields
     tokens = fields.get("max_completion_tokens", fields.get("max_tokens"))
     return replace(req, fields=fields, max_tokens=tokens)
+
+
+def _applies(name: str, value: Any) -> bool:
+    if name not in CHAT or name in CHAT.required:
+        return False
+    try:
+        CHAT.check(name, value)
+    except InvalidRequest:
+        return False
+    return True
 
 
 def apply_chat_overrides(

@@ -1,14 +1,15 @@
 """The provider contract: what the gateway asks of every adapter, and what it gets back.
 
-An adapter serves requests for its targets in two steps. `prepare` maps a validated request for
-one target by the adapter's rules, without any I/O, into a `Prepared` whose `state` is the
-adapter's own (the upstream body, the engine's settings); a field it cannot serve is an
-InvalidRequest there, before anything is sent. `complete`, `stream` and `embed` then send it
-and return the canonical answers of `core.responses`.
+An adapter serves requests for its targets in two steps. `prepare` (`prepare_chat`,
+`prepare_embedding`) maps a validated request for one target by the adapter's rules, without any
+I/O, into a `Prepared` whose `state` is the adapter's own (the upstream body, the engine's
+settings); a field it cannot serve is an InvalidRequest there, before anything is sent.
+`complete`/`stream`, `complete_chat`/`stream_chat` and `embed` then send it and return the
+canonical answers of `core.responses`.
 
 The gateway holds providers of many kinds side by side, so it sees each through `Provider`:
-`completion` and `embedding` return the prepared request bound to its adapter (a `Call`), ready
-to send, whatever the adapter's state is. `Adapter` does that binding for every adapter.
+`completion`, `chat` and `embedding` return the prepared request bound to its adapter (a `Call`),
+ready to send, whatever the adapter's state is. `Adapter` does that binding for every adapter.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
+from core.chat import ChatRequest
 from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
-from core.responses import Chunk, Completion, Embeddings
+from core.responses import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 
 # What a model does with a field its target cannot serve: a 400, or drop it (and say so).
 Policy = Literal["reject", "drop"]
 S = TypeVar("S")  # an adapter's state for a prepared completion
 E = TypeVar("E")  # an adapter's state for a prepared embeddings request
+H = TypeVar("H")  # an adapter's state for a prepared chat completion
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,16 @@ class CompletionCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatCall:
+    """A chat completion prepared for one target, ready to send."""
+
+    target: Target
+    dropped: tuple[str, ...]
+    complete: Callable[[], Awaitable[ChatCompletion]]
+    stream: Callable[[], AsyncIterator[list[ChatChunk]]]
+
+
+@dataclass(frozen=True, slots=True)
 class EmbeddingCall:
     """An embeddings request prepared for one target, ready to send."""
 
@@ -100,8 +113,17 @@ class Provider(Protocol):
         (the rate limiter's reservation); None: the gateway estimates."""
         ...
 
+    def count_chat_tokens(self, request: ChatRequest) -> int | None:
+        """The tokens of the chat's rendered prompt, if this provider can tell without I/O;
+        None: the gateway estimates."""
+        ...
+
     def completion(self, request: CompletionRequest, target: Target) -> CompletionCall:
         """The request prepared for `target`; InvalidRequest before any I/O."""
+        ...
+
+    def chat(self, request: ChatRequest, target: Target) -> ChatCall:
+        """As `completion`, for chat."""
         ...
 
     def embedding(self, request: EmbeddingRequest, target: Target) -> EmbeddingCall:
@@ -110,7 +132,7 @@ class Provider(Protocol):
         ...
 
 
-class Adapter(ABC, Generic[S, E]):
+class Adapter(ABC, Generic[S, E, H]):
     """The base of every adapter: its two steps per endpoint, typed by its own states, bound
     into the calls the gateway sends."""
 
@@ -130,6 +152,9 @@ class Adapter(ABC, Generic[S, E]):
     def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
         return None
 
+    def count_chat_tokens(self, request: ChatRequest) -> int | None:
+        return None
+
     @abstractmethod
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared[S]:
         """Apply the adapter's rules; raise InvalidRequest/UnsupportedParameter before any I/O."""
@@ -139,6 +164,17 @@ class Adapter(ABC, Generic[S, E]):
 
     @abstractmethod
     def stream(self, prepared: Prepared[S]) -> AsyncIterator[list[Chunk]]: ...
+
+    @abstractmethod
+    def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[H]:
+        """As `prepare`, for chat; an InvalidRequest naming `model` if the target does not
+        serve chat."""
+
+    @abstractmethod
+    async def complete_chat(self, prepared: Prepared[H]) -> ChatCompletion: ...
+
+    @abstractmethod
+    def stream_chat(self, prepared: Prepared[H]) -> AsyncIterator[list[ChatChunk]]: ...
 
     @abstractmethod
     def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[E]: ...
@@ -153,6 +189,15 @@ class Adapter(ABC, Generic[S, E]):
             prepared.dropped,
             partial(self.complete, prepared),
             partial(self.stream, prepared),
+        )
+
+    def chat(self, request: ChatRequest, target: Target) -> ChatCall:
+        prepared = self.prepare_chat(request, target)
+        return ChatCall(
+            target,
+            prepared.dropped,
+            partial(self.complete_chat, prepared),
+            partial(self.stream_chat, prepared),
         )
 
     def embedding(self, request: EmbeddingRequest, target: Target) -> EmbeddingCall:

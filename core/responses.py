@@ -21,7 +21,7 @@ legacy logprobs, stop strings excluded, usage as OpenAI counts it. The gateway t
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import NotRequired, Required, TypedDict
 
 
 class Logprobs(TypedDict):
@@ -87,3 +87,100 @@ class EmbeddingUsage(TypedDict):
 class Embeddings(TypedDict):
     data: list[list[float]] | list[str]
     usage: EmbeddingUsage
+
+
+# ---------------------------------------------------------------- chat
+
+
+class ToolFunction(TypedDict):
+    name: str
+    arguments: str  # JSON, as the model wrote it
+
+
+class ToolCall(TypedDict):
+    id: str
+    type: str  # "function"
+    function: ToolFunction
+
+
+class ChatMessage(TypedDict):
+    role: str  # "assistant"
+    content: str | None
+    refusal: str | None
+    tool_calls: NotRequired[list[ToolCall]]
+
+
+class TopLogprob(TypedDict):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TypedDict):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(TypedDict):
+    content: list[TokenLogprob] | None
+    refusal: NotRequired[list[TokenLogprob] | None]
+
+
+class ChatChoice(TypedDict):
+    index: int
+    message: ChatMessage
+    logprobs: ChatLogprobs | None
+    finish_reason: str | None  # stop | length | tool_calls | content_filter
+    stop_reason: NotRequired[int | str]
+    token_ids: NotRequired[list[int]]
+
+
+class ChatCompletion(TypedDict):
+    choices: list[ChatChoice]
+    usage: Usage | None
+    system_fingerprint: NotRequired[str]
+    prompt_token_ids: NotRequired[list[int]]  # vLLM's return_token_ids
+    prompt_logprobs: NotRequired[PromptLogprobs]
+
+
+class ToolCallDelta(TypedDict, total=False):
+    """A piece of a tool call in a stream: its id, type and name first, then argument pieces."""
+
+    index: Required[int]
+    id: str
+    type: str
+    function: ToolFunctionDelta
+
+
+class ToolFunctionDelta(TypedDict, total=False):
+    name: str
+    arguments: str
+
+
+class ChatDelta(TypedDict, total=False):
+    role: str  # on each choice's first delta
+    content: str | None
+    refusal: str | None
+    tool_calls: list[ToolCallDelta]
+
+
+class ChatChunkChoice(TypedDict):
+    index: int
+    delta: ChatDelta
+    logprobs: ChatLogprobs | None
+    finish_reason: str | None  # on each choice's last chunk only
+    stop_reason: NotRequired[int | str]
+    token_ids: NotRequired[list[int]]
+
+
+class ChatChunk(TypedDict):
+    choices: list[ChatChunkChoice]
+    usage: NotRequired[Usage]
+    system_fingerprint: NotRequired[str]
+    prompt_token_ids: NotRequired[list[int]]
+
+
+# What a stream's batches hold, whichever the endpoint.
+StreamChunk = Chunk | ChatChunk

@@ -44,6 +44,15 @@ def logit_bias(v: Any, name: str) -> dict[str, Any]:
     return v  # type: ignore[no-any-return]
 
 
+def chat_response_format(v: Any, name: str) -> dict[str, Any]:
+    """OpenAI's three formats, and the `grammar` format (a GBNF grammar) that Fireworks serves
+    and vLLM serves as a structured output; targets without it refuse it."""
+    if type(v) is dict and v.get("type") == "grammar":
+        string(v.get("grammar"), f"{name}.grammar")
+        return v
+    return response_format(v, name)
+
+
 def response_format(v: Any, name: str) -> dict[str, Any]:
     obj(v, name)
     kind = choice(*RESPONSE_FORMAT_TYPES)(v.get("type"), f"{name}.type")

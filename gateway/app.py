@@ -30,6 +30,8 @@ ANY = ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")
 EXACT: dict[str, tuple[Handler, tuple[str, ...]]] = {
     "/v1/completions": (handlers.completions, POST),
     "/completions": (handlers.completions, POST),
+    "/v1/chat/completions": (handlers.chat_completions, POST),
+    "/chat/completions": (handlers.chat_completions, POST),
     "/v1/embeddings": (handlers.embeddings, POST),
     "/embeddings": (handlers.embeddings, POST),
     "/v1/models": (handlers.list_models, GET),

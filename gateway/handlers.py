@@ -16,7 +16,7 @@ from gateway import service
 from gateway.auth import Principal
 from gateway.context import Inbound, Reply
 from gateway.http import JSON_HEADERS, ClientGone, read_body
-from gateway.metrics import OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
+from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
 
 log = logging.getLogger("gateway.handlers")
 
@@ -57,6 +57,10 @@ class Endpoint:
 
 async def completions(inbound: Inbound, reply: Reply) -> None:
     await _inference(inbound, reply, service.complete, OP_TEXT_COMPLETION)
+
+
+async def chat_completions(inbound: Inbound, reply: Reply) -> None:
+    await _inference(inbound, reply, service.chat, OP_CHAT)
 
 
 async def embeddings(inbound: Inbound, reply: Reply) -> None:

@@ -35,6 +35,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The operation (OpenTelemetry's gen_ai.operation.name): which endpoint served the request.
 OP_TEXT_COMPLETION = "text_completion"
 OP_EMBEDDINGS = "embeddings"
+OP_CHAT = "chat"
 OTHER_MODEL = "other"
 RELOAD_RESULTS = {True: "ok", False: "error"}
 TASKS_HELP = "asyncio tasks alive in the process (single-worker mode only)."
@@ -119,7 +120,7 @@ class RequestRecord:
     """What one inference request did, filled in along its path and observed once at its end."""
 
     start: float  # perf_counter() at arrival
-    operation: str = OP_TEXT_COMPLETION  # or OP_EMBEDDINGS
+    operation: str = OP_TEXT_COMPLETION  # or OP_CHAT, OP_EMBEDDINGS
     model: str = OTHER_MODEL  # the label: a configured alias, or `other`
     stream: bool = False
     provider: str = ""  # the provider that served it (last tried); "" if none was reached

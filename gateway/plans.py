@@ -11,8 +11,9 @@ key's `providers`, and a configured alias still needs the key's permission.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from core.errors import InvalidRequest, ModelNotFound, PermissionDenied
 from core.provider import Target
@@ -45,12 +46,21 @@ def _direct(node: Node) -> Node:
     return node
 
 
+COMPLETIONS, CHAT, EMBEDDINGS = "completions", "chat/completions", "embeddings"
+# The endpoints an alias of each kind (`endpoint:` in its config) answers: a generative model
+# serves both completions and chat.
+SERVED: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {COMPLETIONS: (COMPLETIONS, CHAT), EMBEDDINGS: (EMBEDDINGS,)}
+)
+
+
 def _serves(model: ModelConfig, endpoint: str) -> None:
     """A completion model called for embeddings, or the reverse, is the caller's mistake."""
-    if model.endpoint != endpoint:
+    served = SERVED[model.endpoint]
+    if endpoint not in served:
         raise InvalidRequest(
-            f"The model `{model.alias}` serves {model.endpoint}, not {endpoint}: call "
-            f"POST /v1/{model.endpoint} with it.",
+            f"The model `{model.alias}` serves {' and '.join(served)}, not {endpoint}: call "
+            f"POST /v1/{served[0]} with it.",
             param="model",
             code="wrong_endpoint",
         )
@@ -101,7 +111,7 @@ class Router:
         alias: str,
         virtual_key: str | None,
         config: PortkeyConfig | None = None,
-        endpoint: str = "completions",
+        endpoint: str = COMPLETIONS,
     ) -> Plan:
         if config is None and virtual_key is None:
             _serves(self.model(principal, alias), endpoint)

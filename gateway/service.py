@@ -9,11 +9,12 @@ stream either completes or ends with an error event.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from core.chat import ChatRequest, apply_chat_defaults, apply_chat_overrides, parse_chat
 from core.completions import CompletionRequest, apply_defaults, apply_overrides, parse_completion
 from core.embeddings import (
     EmbeddingRequest,
@@ -23,15 +24,16 @@ from core.embeddings import (
     validate_embedding,
 )
 from core.errors import GatewayError
-from core.provider import CompletionCall, EmbeddingCall, Target
-from core.responses import Chunk, Completion, Embeddings
+from core.provider import ChatCall, CompletionCall, EmbeddingCall, Target
+from core.responses import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 from gateway.attempts import C, Prepare, SendCall
 from gateway.auth import Principal
 from gateway.config import portkey
+from gateway.config.portkey import PortkeyConfig
 from gateway.context import Inbound, Reply
 from gateway.http import JSON_HEADERS, SSE_HEADERS, RawHeaders, until_disconnect
 from gateway.metrics import RequestRecord
-from gateway.plans import Plan
+from gateway.plans import CHAT, COMPLETIONS, EMBEDDINGS, Plan
 from gateway.ratelimit import Grant
 from gateway.runtime import Runtime
 from gateway.sse import Envelope, StreamResult, pump
@@ -39,7 +41,12 @@ from gateway.trees import Leaf
 
 DROPPED_HEADER = b"x-gateway-dropped-params"
 T = TypeVar("T")
-Batches = AsyncIterator[list[Chunk]]
+K = TypeVar("K", Chunk, ChatChunk)  # what a stream's batches hold
+# A chat without max_tokens may use what the context window leaves: the reservation assumes a
+# typical answer, and is settled to what was used.
+UNBOUNDED_RESERVE = 256
+# What a chat message costs beyond its text when the gateway estimates (role, separators).
+MESSAGE_OVERHEAD = 4
 
 
 # ---------------------------------------------------------------- completions
@@ -49,15 +56,13 @@ async def complete(
     inbound: Inbound, reply: Reply, record: RequestRecord, principal: Principal, body: bytes
 ) -> None:
     rt = inbound.runtime
-    config = portkey.from_headers(inbound.headers, rt.config.configs, rt.config.providers)
+    config = _portkey_config(inbound)
     req = parse_completion(body, rt.config.server.limits)
     record.model, record.stream = rt.model_label(req.model), req.stream
-    virtual_key = inbound.headers.get("x-portkey-virtual-key")
-    plan = rt.router.plan(principal, req.model, virtual_key, config)
-    grant = await rt.limiter.admit(
-        principal.key_id, req.model, record.model, lambda: reservation(rt, req, plan)
-    )
-    reply.add_headers(grant.headers)
+    plan, grant = await _admitted(
+        inbound, reply, record, principal, req.model, config, COMPLETIONS,
+        lambda plan: reservation(rt, req, plan),
+    )  # fmt: skip
     cid = "cmpl-" + inbound.ids.next()
     serve = _stream if req.stream else _json
     await _settled(grant, record, reply, serve(inbound, reply, record, req, plan, cid))
@@ -107,13 +112,27 @@ async def _stream(
 ) -> None:
     prepare = completion_preparer(inbound.runtime, req)
     call, (first, rest) = await _attempts(inbound, reply, record, plan, prepare, _first_batch)
-    await reply.start_stream(_headers(SSE_HEADERS, call.dropped))
     env = Envelope(cid, int(time.time()), req.model, req.include_usage)
+    await _pumped(inbound, reply, record, call.dropped, env, first, rest)
+
+
+async def _pumped(
+    inbound: Inbound,
+    reply: Reply,
+    record: RequestRecord,
+    dropped: tuple[str, ...],
+    env: Envelope,
+    first: list[K],
+    rest: AsyncIterator[list[K]],
+) -> None:
+    """The stream written as SSE until it ends or the caller leaves; its time and usage
+    recorded."""
+    await reply.start_stream(_headers(SSE_HEADERS, dropped))
     result = StreamResult()
     began = time.perf_counter()
     try:
         await until_disconnect(
-            pump(reply.send, first, rest, env, req.include_usage, result), inbound.receive
+            pump(reply.send, first, rest, env, env.include_usage, result), inbound.receive
         )
     finally:  # the time not spent writing is time spent waiting on the provider
         record.upstream_s += time.perf_counter() - began - result.write_s
@@ -123,7 +142,14 @@ async def _stream(
         record.error_type = type(result.error).__name__
 
 
-async def _first_batch(call: CompletionCall) -> tuple[list[Chunk], Batches]:
+class Streams(Protocol[K]):
+    """A call that streams (completions, chat)."""
+
+    @property
+    def stream(self) -> Callable[[], AsyncIterator[list[K]]]: ...
+
+
+async def _first_batch(call: Streams[K]) -> tuple[list[K], AsyncIterator[list[K]]]:
     """The stream and its first batch: until it comes, a failure is still a plain JSON error
     response, and the attempt can be retried or fall back."""
     batches = call.stream().__aiter__()
@@ -163,6 +189,98 @@ def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> int:
     return prompt + max_tokens * req.n_prompts * max(req.n, req.best_of or 1)
 
 
+# ---------------------------------------------------------------- chat
+
+
+async def chat(
+    inbound: Inbound, reply: Reply, record: RequestRecord, principal: Principal, body: bytes
+) -> None:
+    rt = inbound.runtime
+    config = _portkey_config(inbound)
+    req = parse_chat(body, rt.config.server.limits)
+    record.model, record.stream = rt.model_label(req.model), req.stream
+    plan, grant = await _admitted(
+        inbound, reply, record, principal, req.model, config, CHAT,
+        lambda plan: chat_reservation(rt, req, plan),
+    )  # fmt: skip
+    cid = "chatcmpl-" + inbound.ids.next()
+    serve = _chat_stream if req.stream else _chat_json
+    await _settled(grant, record, reply, serve(inbound, reply, record, req, plan, cid))
+
+
+async def _chat_json(
+    inbound: Inbound, reply: Reply, record: RequestRecord, req: ChatRequest, plan: Plan, cid: str
+) -> None:
+    prepare = chat_preparer(inbound.runtime, req)
+    call, answer = await _attempts(inbound, reply, record, plan, prepare, _complete_chat)
+    record.use(answer["usage"])
+    doc = _chat_document(answer, req, cid)
+    await reply.respond(200, orjson.dumps(doc), _headers(JSON_HEADERS, call.dropped))
+
+
+def _complete_chat(call: ChatCall) -> Awaitable[ChatCompletion]:
+    return call.complete()
+
+
+def _chat_document(out: ChatCompletion, req: ChatRequest, cid: str) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "id": cid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": req.model,
+        "choices": out["choices"],
+        "usage": out["usage"],
+    }
+    for key in CHAT_ANSWER_KEYS:
+        if key in out:
+            doc[key] = out[key]  # type: ignore[literal-required]  # keys of ChatCompletion
+    return doc
+
+
+CHAT_ANSWER_KEYS = ("system_fingerprint", "prompt_token_ids", "prompt_logprobs")
+
+
+async def _chat_stream(
+    inbound: Inbound, reply: Reply, record: RequestRecord, req: ChatRequest, plan: Plan, cid: str
+) -> None:
+    prepare = chat_preparer(inbound.runtime, req)
+    call, (first, rest) = await _attempts(inbound, reply, record, plan, prepare, _first_batch)
+    env = Envelope(cid, int(time.time()), req.model, req.include_usage, CHUNK_OBJECT)
+    await _pumped(inbound, reply, record, call.dropped, env, first, rest)
+
+
+CHUNK_OBJECT = "chat.completion.chunk"
+
+
+def chat_preparer(rt: Runtime, req: ChatRequest) -> Prepare[ChatCall]:
+    def prepare(leaf: Leaf, target: Target) -> ChatCall:
+        mine = req
+        if leaf.overrides:
+            mine = apply_chat_overrides(mine, leaf.overrides, rt.config.server.limits)
+        provider = rt.providers[target.provider]
+        return provider.chat(apply_chat_defaults(mine, target.defaults), target)
+
+    return prepare
+
+
+def chat_reservation(rt: Runtime, req: ChatRequest, plan: Plan) -> int:
+    """As `reservation`, for the chat's rendered prompt (the serving provider's count where the
+    gateway has its tokenizer and template, else estimated from the messages' text)."""
+    leaf, target = plan.first()
+    if leaf.overrides:
+        req = apply_chat_overrides(req, leaf.overrides, rt.config.server.limits)
+    req = apply_chat_defaults(req, target.defaults)
+    counted = rt.providers[target.provider].count_chat_tokens(req)
+    prompt = counted if counted is not None else estimate_chat_tokens(req)
+    return prompt + (req.max_tokens or UNBOUNDED_RESERVE) * req.n
+
+
+def estimate_chat_tokens(req: ChatRequest) -> int:
+    """4 bytes a token of each message's text, plus the role and separators."""
+    size = sum(len(orjson.dumps(m.get("content"))) for m in req.messages)
+    return -(-size // 4) + MESSAGE_OVERHEAD * len(req.messages)
+
+
 # ---------------------------------------------------------------- embeddings
 
 
@@ -170,15 +288,13 @@ async def embed(
     inbound: Inbound, reply: Reply, record: RequestRecord, principal: Principal, body: bytes
 ) -> None:
     rt = inbound.runtime
-    config = portkey.from_headers(inbound.headers, rt.config.configs, rt.config.providers)
+    config = _portkey_config(inbound)
     req = parse_embedding(body)
     record.model = rt.model_label(req.model)
-    virtual_key = inbound.headers.get("x-portkey-virtual-key")
-    plan = rt.router.plan(principal, req.model, virtual_key, config, endpoint="embeddings")
-    grant = await rt.limiter.admit(
-        principal.key_id, req.model, record.model, lambda: embedding_reservation(rt, req, plan)
-    )
-    reply.add_headers(grant.headers)
+    plan, grant = await _admitted(
+        inbound, reply, record, principal, req.model, config, EMBEDDINGS,
+        lambda plan: embedding_reservation(rt, req, plan),
+    )  # fmt: skip
     await _settled(grant, record, reply, _embeddings(inbound, reply, record, req, plan))
 
 
@@ -214,6 +330,32 @@ def embedding_reservation(rt: Runtime, req: EmbeddingRequest, plan: Plan) -> int
 
 
 # ---------------------------------------------------------------- shared
+
+
+def _portkey_config(inbound: Inbound) -> PortkeyConfig | None:
+    """The request's `x-portkey-config` (checked before its body, as it always was)."""
+    rt = inbound.runtime
+    return portkey.from_headers(inbound.headers, rt.config.configs, rt.config.providers)
+
+
+async def _admitted(
+    inbound: Inbound,
+    reply: Reply,
+    record: RequestRecord,
+    principal: Principal,
+    model: str,
+    config: PortkeyConfig | None,
+    endpoint: str,
+    reserve: Callable[[Plan], int],
+) -> tuple[Plan, Grant]:
+    """The request's routing plan (its Portkey config and virtual key honoured) and its
+    admission against the rate limits, whose headers every answer of it carries."""
+    rt = inbound.runtime
+    virtual_key = inbound.headers.get("x-portkey-virtual-key")
+    plan = rt.router.plan(principal, model, virtual_key, config, endpoint=endpoint)
+    grant = await rt.limiter.admit(principal.key_id, model, record.model, lambda: reserve(plan))
+    reply.add_headers(grant.headers)
+    return plan, grant
 
 
 def input_tokens(rt: Runtime, target: Target, inputs: Sequence[Any], is_tokens: bool) -> int:

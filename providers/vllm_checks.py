@@ -93,28 +93,60 @@ def _logprob_token_ids_checks(f: Mapping[str, Any]) -> None:
 def check(f: Mapping[str, Any]) -> None:
     """vLLM's own checks between a completion request's fields (its CompletionRequest's
     validators, SamplingParams'), as 400s naming the field."""
+    _shared_checks(f)
+    if f.get("use_beam_search"):
+        _beam_search_checks(f)
+    _min_tokens(f, "max_tokens", f.get("max_tokens", DEFAULT_MAX_TOKENS))
+    if f.get("logprob_token_ids"):
+        _logprob_token_ids_checks(f)
+    _allowed_token_ids(f)
+
+
+def check_chat(f: Mapping[str, Any]) -> None:
+    """The same for a chat request (vLLM's ChatCompletionRequest): its bound on tokens is
+    `max_completion_tokens` or `max_tokens`, none meaning what the window leaves; `logprobs` is a
+    flag; `echo` repeats the last message, with or without logprobs."""
+    _shared_checks(f)
+    if f.get("use_beam_search"):
+        _beam_search_checks({k: v for k, v in f.items() if k != "echo"})
+    bound = "max_completion_tokens" if "max_completion_tokens" in f else "max_tokens"
+    if bound in f:
+        _min_tokens(f, bound, f[bound])
+    if f.get("logprob_token_ids") and not f.get("logprobs"):
+        raise InvalidRequest(
+            "'logprobs' must be true when using 'logprob_token_ids'.", param="logprob_token_ids"
+        )
+    if len(f.get("logprob_token_ids") or ()) > MAX_LOGPROB_TOKEN_IDS:
+        raise InvalidRequest(
+            f"'logprob_token_ids' may list at most {MAX_LOGPROB_TOKEN_IDS} token ids.",
+            param="logprob_token_ids",
+        )
+    _allowed_token_ids(f)
+
+
+def _shared_checks(f: Mapping[str, Any]) -> None:
     prompt_logprobs = f.get("prompt_logprobs")
     if prompt_logprobs is not None and f.get("stream") and prompt_logprobs != 0:
         raise InvalidRequest(
             "'prompt_logprobs' are not available when 'stream' is enabled.",
             param="prompt_logprobs",
         )
-    if f.get("use_beam_search"):
-        _beam_search_checks(f)
-    elif f.get("length_penalty", 1) != 1:
+    if not f.get("use_beam_search") and f.get("length_penalty", 1) != 1:
         raise InvalidRequest(
             "'length_penalty' applies only to beam search ('use_beam_search': true).",
             param="length_penalty",
         )
-    min_tokens = f.get("min_tokens", 0)
-    max_tokens = f.get("max_tokens", DEFAULT_MAX_TOKENS)
-    if min_tokens > max(max_tokens, 1):
-        raise InvalidRequest(
-            f"'min_tokens' ({min_tokens}) must be less than or equal to 'max_tokens' "
-            f"({max_tokens}).",
-            param="min_tokens",
-        )
-    if f.get("logprob_token_ids"):
-        _logprob_token_ids_checks(f)
+
+
+def _allowed_token_ids(f: Mapping[str, Any]) -> None:
     if f.get("allowed_token_ids") == []:
         raise InvalidRequest("'allowed_token_ids' must not be empty.", param="allowed_token_ids")
+
+
+def _min_tokens(f: Mapping[str, Any], bound: str, max_tokens: int) -> None:
+    min_tokens = f.get("min_tokens", 0)
+    if min_tokens > max(max_tokens, 1):
+        raise InvalidRequest(
+            f"'min_tokens' ({min_tokens}) must be less than or equal to '{bound}' ({max_tokens}).",
+            param="min_tokens",
+        )

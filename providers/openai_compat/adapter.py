@@ -1,4 +1,5 @@
-"""`OpenAICompatProvider`: serves completions from an OpenAI-compatible HTTP upstream.
+"""`OpenAICompatProvider`: serves completions, chat and embeddings from an OpenAI-compatible HTTP
+upstream.
 
 One instance per configured provider: its dialect, URL, headers and connection pool are fixed
 at construction, so a request only maps its fields (`prepare`), makes one call and normalizes
@@ -14,14 +15,17 @@ from typing import Any, ClassVar, TypeVar
 
 import orjson
 
+from core.chat import ChatRequest
 from core.completions import CONTEXT, CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, ContextLengthExceeded, GatewayError, InvalidRequest
 from core.provider import Adapter, Prepared, Target
-from core.responses import Chunk, Completion, Embeddings
+from core.responses import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 from core.wire import Json
-from providers.params import apply_rules
+from providers.params import Applied, Dialect, apply_rules
 
+from .chat_normalize import ChatNormalization, ChatStreamNormalizer, chat_answer, chat_extras
+from .chat_rules import RULES as CHAT_RULES
 from .client import UpstreamClient
 from .context import ContextGuard
 from .dialects import DIALECTS, DialectSpec
@@ -33,9 +37,12 @@ from .settings import Settings, parse_settings
 
 T = TypeVar("T")
 Post = Callable[[bytes, Target], Awaitable[T]]  # the client's post_json or open_stream
+ChatPost = Callable[[bytes, Target, str], Awaitable[T]]  # the same, to the chat URL
 
 # Fields the adapter writes itself from the validated request, whatever the dialect says.
 SELF_SET = ("model", "max_tokens", "stream")
+CHAT_SELF_SET = ("model", "stream")
+Event = TypeVar("Event")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,18 @@ class UpstreamCompletion:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamChat:
+    """A chat completion mapped for one target: `Prepared.state`."""
+
+    body: Mapping[str, Any]  # the upstream body, kept for a truncate retry
+    payload: bytes
+    shape: ChatNormalization
+    truncate: bool  # emulate context_length_exceeded_behavior="truncate"
+    check_context: bool  # "error" on an upstream that clamps: count the rendered prompt first
+    request: ChatRequest
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamEmbedding:
     """An embeddings request mapped for one target: `Prepared.state`."""
 
@@ -60,7 +79,7 @@ class UpstreamEmbedding:
     encoding: str  # what the caller gets: "float" or "base64"
 
 
-class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding]):
+class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, UpstreamChat]):
     type_tags: ClassVar[tuple[str, ...]] = (
         "openai",
         "fireworks",
@@ -74,6 +93,8 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding]):
         self.spec = spec
         self._embedding_rules = EMBEDDING_RULES[spec.name]
         self._embeddings_url = settings.base_url + "/embeddings"
+        self._chat_rules = CHAT_RULES[spec.name]
+        self._chat_url = settings.base_url + "/chat/completions"
         self._client = UpstreamClient(
             settings.url,
             settings.headers,
@@ -121,23 +142,9 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding]):
 
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared[UpstreamCompletion]:
         spec = self.spec
-        if spec.request_checks is not None:
-            spec.request_checks(request.fields)
-        applied = apply_rules(
-            spec.rules,
-            request.fields,
-            target=target.label,
-            policy=target.unsupported_params,
-            skip=SELF_SET,
-        )
+        applied = self._mapped(spec.rules, spec.request_checks, request, target, SELF_SET)
         body = applied.body
-        body["model"] = target.model
         body["max_tokens"] = request.max_tokens  # explicit: Fireworks' default is not OpenAI's 16
-        body["stream"] = request.stream
-        if request.stream and not spec.usage_on_last_chunk:
-            body.setdefault("stream_options", {"include_usage": True})
-        if spec.needs_explicit_context_behavior:
-            body.setdefault(CONTEXT, "error")  # OpenAI's behaviour, not the upstream's default
         best_of = _emulate_best_of(request, applied.emulated, body)
         behavior = request.fields.get(CONTEXT, "error")
         truncate = CONTEXT in applied.emulated and behavior == "truncate"
@@ -157,6 +164,56 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding]):
         payload = orjson.dumps(body)
         plan = UpstreamCompletion(body, payload, shape, best_of, truncate, check_context, request)
         return Prepared(target, applied.dropped, plan)
+
+    def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[UpstreamChat]:
+        spec = self.spec
+        applied = self._mapped(self._chat_rules, spec.chat_checks, request, target, CHAT_SELF_SET)
+        body = applied.body
+        behavior = request.fields.get(CONTEXT, "error")
+        bounded = request.max_tokens is not None  # without a bound the upstream fits the window
+        truncate = CONTEXT in applied.emulated and behavior == "truncate" and bounded
+        check_context = self._guard is not None and behavior == "error" and bounded
+        if "max_completion_tokens" in body:
+            body.pop("max_tokens", None)  # the bound that wins, alone: Fireworks refuses both
+        choice_extras, answer_extras = chat_extras(request.fields)
+        continuous = bool(body.get("stream_options", {}).get("continuous_usage_stats"))
+        stop = request.fields.get("stop", ())
+        stops = ((stop,) if type(stop) is str else tuple(stop)) if spec.stop_may_be_included else ()
+        shape = ChatNormalization(
+            target.label, request.logprobs, continuous, choice_extras, answer_extras, stops
+        )
+        plan = UpstreamChat(body, orjson.dumps(body), shape, truncate, check_context, request)
+        return Prepared(target, applied.dropped, plan)
+
+    def _mapped(
+        self,
+        rules: Dialect,
+        checks: Callable[[Mapping[str, Any]], None] | None,
+        request: CompletionRequest | ChatRequest,
+        target: Target,
+        skip: tuple[str, ...],
+    ) -> Applied:
+        """The request's fields mapped by the dialect's rules (after its own checks), with what
+        every generation request sends whatever it asked: the target's model, whether it
+        streams, usage in streams (accounting needs it), and the context behaviour where the
+        upstream's default is not OpenAI's "error"."""
+        if checks is not None:
+            checks(request.fields)
+        applied = apply_rules(
+            rules,
+            request.fields,
+            target=target.label,
+            policy=target.unsupported_params,
+            skip=skip,
+        )
+        body = applied.body
+        body["model"] = target.model
+        body["stream"] = request.stream
+        if request.stream and not self.spec.usage_on_last_chunk:
+            body.setdefault("stream_options", {"include_usage": True})
+        if self.spec.needs_explicit_context_behavior:
+            body.setdefault(CONTEXT, "error")
+        return applied
 
     def prepare_embedding(
         self, request: EmbeddingRequest, target: Target
@@ -201,7 +258,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding]):
             yield []  # the upstream accepted: the caller's headers can go out now
             async with aclosing(self._client.batches(resp, label)) as batches:
                 async for events in batches:
-                    out, failure = _normalized(normalizer, events)
+                    out, failure = _normalized(normalizer.feed, events)
                     if out:  # what came before a bad event still reaches the caller
                         yield out
                     if failure is not None:
@@ -211,6 +268,54 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding]):
                 yield last
         finally:
             resp.close()  # a no-op after a complete stream; cuts the upstream off otherwise
+
+    async def complete_chat(self, prepared: Prepared[UpstreamChat]) -> ChatCompletion:
+        body = await self._send_chat(prepared, self._client.post_json)
+        return chat_answer(body, prepared.state.shape)
+
+    async def stream_chat(
+        self, prepared: Prepared[UpstreamChat]
+    ) -> AsyncGenerator[list[ChatChunk], None]:
+        resp = await self._send_chat(prepared, self._client.open_stream)
+        normalizer = ChatStreamNormalizer(prepared.state.shape)
+        try:
+            yield []  # the upstream accepted: the caller's headers can go out now
+            async with aclosing(self._client.batches(resp, prepared.target.label)) as batches:
+                async for events in batches:
+                    out, failure = _normalized(normalizer.feed, events)
+                    if out:
+                        yield out
+                    if failure is not None:
+                        raise failure
+            last = normalizer.end()
+            if last:
+                yield last
+        finally:
+            resp.close()
+
+    async def _send_chat(self, prepared: Prepared[UpstreamChat], post: ChatPost[T]) -> T:
+        """As `_send`, for chat: the rendered prompt checked where the upstream clamps, and one
+        retry with the room left for an emulated "truncate". A chat's prompt is its messages:
+        an upstream's context error names them."""
+        try:
+            return await self._post_chat(prepared, post)
+        except ContextLengthExceeded as err:
+            err.param = "messages"
+            raise
+
+    async def _post_chat(self, prepared: Prepared[UpstreamChat], post: ChatPost[T]) -> T:
+        plan = prepared.state
+        target = prepared.target
+        max_tokens = plan.request.max_tokens
+        if plan.check_context and self._guard is not None and max_tokens is not None:
+            await self._guard.check_chat(plan.request.fields, max_tokens, target)
+        try:
+            return await post(plan.payload, target, self._chat_url)
+        except ContextLengthExceeded as err:
+            payload = _truncated_chat(plan, err) if plan.truncate else None
+            if payload is None:
+                raise
+        return await post(payload, target, self._chat_url)
 
     async def _send(self, prepared: Prepared[UpstreamCompletion], post: Post[T]) -> T:
         """One upstream call (after the context check, if needed); with emulated "truncate", one
@@ -230,12 +335,12 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding]):
 
 
 def _normalized(
-    normalizer: StreamNormalizer, events: list[Json]
-) -> tuple[list[Chunk], GatewayError | None]:
-    out: list[Chunk] = []
+    feed: Callable[[Json], list[Event]], events: list[Json]
+) -> tuple[list[Event], GatewayError | None]:
+    out: list[Event] = []
     try:
         for event in events:
-            out.extend(normalizer.feed(event))
+            out.extend(feed(event))
     except GatewayError as err:
         return out, err
     return out, None
@@ -271,3 +376,13 @@ def _truncated(plan: UpstreamCompletion, err: ContextLengthExceeded) -> bytes | 
     if room is None or room < 1 or room >= plan.body["max_tokens"]:
         return None
     return orjson.dumps({**plan.body, "max_tokens": room})
+
+
+def _truncated_chat(plan: UpstreamChat, err: ContextLengthExceeded) -> bytes | None:
+    """As `_truncated`, lowering whichever bound the caller set."""
+    room = completion_room(err.message)
+    bound = plan.request.max_tokens
+    if room is None or bound is None or room < 1 or room >= bound:
+        return None
+    lowered = {k: room for k in ("max_tokens", "max_completion_tokens") if k in plan.body}
+    return orjson.dumps({**plan.body, **lowered})

@@ -115,10 +115,10 @@ class UpstreamClient:
                 raise  # aiohttp's own (connect) timeout
             raise first_byte_timeout(target) from None
 
-    async def post_json(self, payload: bytes, target: Target) -> Json:
-        """POST to the completions URL and parse the answer once; any non-2xx becomes a gateway
-        error."""
-        return await self.call_json("POST", self._url, payload, target)
+    async def post_json(self, payload: bytes, target: Target, url: str | None = None) -> Json:
+        """POST to the completions URL (or `url`, another endpoint of this upstream) and parse
+        the answer once; any non-2xx becomes a gateway error."""
+        return await self.call_json("POST", url or self._url, payload, target)
 
     async def call_json(self, method: str, url: str, payload: bytes | None, target: Target) -> Json:
         """One JSON call to `url` (an address of this same upstream, never a caller's)."""
@@ -144,13 +144,15 @@ class UpstreamClient:
             raise event_error(data, label, self._secret)
         return data
 
-    async def open_stream(self, payload: bytes, target: Target) -> aiohttp.ClientResponse:
-        """POST a streaming request; returns the open response once its status is known to be
-        2xx. The caller owns it: it must be closed (events() does, and so must the caller if it
-        never gets to iterate)."""
+    async def open_stream(
+        self, payload: bytes, target: Target, url: str | None = None
+    ) -> aiohttp.ClientResponse:
+        """POST a streaming request (to the completions URL, or `url`); returns the open
+        response once its status is known to be 2xx. The caller owns it: it must be closed
+        (events() does, and so must the caller if it never gets to iterate)."""
         label = target.label
         try:
-            resp = await self._request("POST", self._url, target, payload, True)
+            resp = await self._request("POST", url or self._url, target, payload, True)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise transport_error(exc, label) from None
         if 200 <= resp.status < 300:

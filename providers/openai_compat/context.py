@@ -8,14 +8,15 @@ once per model) and the prompt's token count from `POST /tokenize` at the server
 Counting costs a round trip, so it is skipped when the prompt surely fits: a prompt of b UTF-8
 bytes has at most b tokens plus a few special ones (BOS, a SentencePiece dummy prefix), since
 byte-level BPE and SentencePiece tokens each cover at least one byte of it. Token-id prompts are
-counted as they are. A server without these routes (404) has nothing to check against: the
-request goes as it is.
+counted as they are. A chat is counted as the server renders it (its /tokenize takes messages),
+unless its messages leave room for any template. A server without these routes (404) has nothing
+to check against: the request goes as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -26,6 +27,19 @@ from core.provider import Target
 from .client import UpstreamClient
 
 SPECIAL_TOKENS_MARGIN = 8
+# What a chat template may add around the messages (role markers, a default system line): a
+# chat whose messages, as JSON, leave this much room surely fits without counting.
+TEMPLATE_MARGIN = 512
+# vLLM's /tokenize renders messages as its chat endpoint does, with these fields of the request.
+TEMPLATE_FIELDS = (
+    "tools",
+    "chat_template",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "continue_final_message",
+    "add_special_tokens",
+    "documents",
+)
 UTF8_MAX_BYTES = 4  # per character: `len(text) * 4` bounds the bytes without encoding
 NOT_FOUND = "upstream_not_found"  # the code of an upstream 404 (errors.py)
 
@@ -41,6 +55,15 @@ def too_long(window: int, prompt_tokens: int, max_tokens: int, where: str = "") 
         f"This model's maximum context length is {window} tokens, however you requested "
         f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in your prompt{where}; "
         f"{max_tokens} for the completion). Please reduce your prompt; or completion length."
+    )
+
+
+def too_long_chat(window: int, prompt_tokens: int, max_tokens: int) -> str:
+    """OpenAI's wording for chat."""
+    return (
+        f"This model's maximum context length is {window} tokens. However, you requested "
+        f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in "
+        "the completion). Please reduce the length of the messages or completion."
     )
 
 
@@ -70,6 +93,25 @@ class ContextGuard:
                 where = f" {i}" if len(prompts) > 1 else ""
                 message = too_long(window, count, max_tokens, where)
                 raise ContextLengthExceeded(message, param="prompt")
+
+    async def check_chat(self, fields: Mapping[str, Any], max_tokens: int, target: Target) -> None:
+        """As `check`, for a chat's rendered messages (`fields`: the request as validated)."""
+        window = await self._window(target)
+        if window is None or not self._can_count:
+            return
+        size = len(orjson.dumps(fields["messages"])) + len(orjson.dumps(fields.get("tools")))
+        if size + TEMPLATE_MARGIN <= window - max_tokens:
+            return
+        tokenize = {k: fields[k] for k in TEMPLATE_FIELDS if k in fields}
+        payload = orjson.dumps({"model": target.model, "messages": fields["messages"], **tokenize})
+        answer = await self._call("POST", self._tokenize_url, payload, target)
+        if answer is None:
+            self._can_count = False
+            return
+        count = answer.get("count")
+        if type(count) is int and count + max_tokens > window:
+            message = too_long_chat(window, count, max_tokens)
+            raise ContextLengthExceeded(message, param="messages")
 
     async def _window(self, target: Target) -> int | None:
         model = target.model

@@ -80,7 +80,9 @@ def extras_for(fields: Mapping[str, Any]) -> tuple[str, ...]:
 # ---------------------------------------------------------------- pieces
 
 
-def finish_reason(value: Any, index: int, label: str) -> str | None:
+def finish_reason(
+    value: Any, index: int, label: str, table: Mapping[str, str] = FINISH
+) -> str | None:
     if value is None:
         return None
     if value in FAILED:
@@ -89,7 +91,7 @@ def finish_reason(value: Any, index: int, label: str) -> str | None:
             target=label,
             code="upstream_generation_failed",
         )
-    return FINISH.get(value, "stop")  # an unknown spelling still means the choice ended
+    return table.get(value, "stop")  # an unknown spelling still means the choice ended
 
 
 def legacy_logprobs(raw: Any) -> Logprobs | None:

@@ -1,5 +1,5 @@
-"""`VllmEngineProvider`: serves completions from an in-process vLLM engine (`type: vllm`), and
-embeddings when the engine runs a pooling model (`pooling`).
+"""`VllmEngineProvider`: serves completions and chat from an in-process vLLM engine
+(`type: vllm`), and embeddings when the engine runs a pooling model (`pooling`).
 
 A request goes as it would through vLLM's own OpenAI server, minus the hop: prompts rendered by
 the engine's renderer (its tokenizer, BOS as the server adds it), one engine request per prompt,
@@ -7,6 +7,10 @@ outputs rendered in vLLM's legacy shape (`output`). On top, what OpenAI's API pr
 lacks: best_of and greedy n > 1 (`fanout`), an exact context check (`context`), Mirostat
 (`mirostat`, through `sampling`). Leaving early, by disconnect or timeout, aborts the engine's
 requests: every engine generator is closed on the way out.
+
+Chat (`chat`, `chat_output`) goes through vLLM's own chat front end, built with the engine: its
+renderer and chat template, its tool parsers, its tool-choice constraints, and then the same
+sampling, fan-out and context fitting as completions.
 """
 
 from __future__ import annotations
@@ -16,21 +20,24 @@ import itertools
 import secrets
 from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from core.chat import ChatRequest
 from core.completions import CONTEXT, CompletionRequest
 from core.embeddings import EmbeddingRequest
-from core.errors import GatewayError, InvalidRequest, UpstreamTimeout
+from core.errors import GatewayError, InvalidRequest, ServiceUnavailable, UpstreamTimeout
 from core.provider import Adapter, Prepared, Target
-from core.responses import Choice, Chunk, Completion, Embeddings
+from core.responses import ChatChunk, ChatCompletion, Choice, Chunk, Completion, Embeddings
 from providers import vllm_checks
 from providers.params import apply_rules
-from providers.vllm_engine import output, pooling, submit
-from providers.vllm_engine.engine import Engine
+from providers.vllm_engine import chat, chat_output, output, pooling, submit
+from providers.vllm_engine.chat import ChatFront, EngineChat
+from providers.vllm_engine.engine import GENERATE, Engine
 from providers.vllm_engine.errors import engine_error
 from providers.vllm_engine.fanout import beam_fanout, fanout, select, temperature_of
 from providers.vllm_engine.pooling import EngineEmbedding
-from providers.vllm_engine.rules import RULES
+from providers.vllm_engine.rules import CHAT_RULES, RULES
 from providers.vllm_engine.sampling import Generation, sampling_kwargs
 from providers.vllm_engine.settings import parse_settings
 from providers.vllm_engine.submit import EngineCompletion
@@ -42,19 +49,22 @@ T = TypeVar("T")
 
 # Fields the adapter reads from the validated request itself, whatever the rules say.
 SELF_SET = ("model", "prompt", "stream", "max_tokens", "n")
+CHAT_SELF_SET = ("model", "messages", "stream")
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs
-GENERATE = "generate"  # vLLM's task name for text generation
+CHAT = "chat"  # the gateway's name for a generating model's chat
 # What a caller hears when the engine's model cannot do the endpoint's task.
 WRONG_TASK: Mapping[str, str] = {
     GENERATE: "Target '{label}' runs a pooling (embedding) model: it serves POST /v1/embeddings, "
     "not completions.",
+    CHAT: "Target '{label}' runs a pooling (embedding) model: it serves POST /v1/embeddings, "
+    "not chat completions.",
     pooling.TASK: "Target '{label}' runs a text-generation model: it does not serve embeddings. "
     "An embedding model runs with engine_args {{runner: pooling}} (and {{convert: embed}} for a "
     "generative checkpoint).",
 }
 
 
-class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding]):
+class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat]):
     type_tags: ClassVar[tuple[str, ...]] = ("vllm",)
     reloadable: ClassVar[bool] = False  # a second engine beside this one: twice the memory
 
@@ -92,6 +102,20 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding]):
         tokenizer: Any = self.engine.llm.renderer.tokenizer
         return [len(i) for i in tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
 
+    def count_chat_tokens(self, request: ChatRequest) -> int | None:
+        """The chat's prompt as the engine renders it (chat template, tools, generation prompt);
+        None until the engine is up, or when the request would not render."""
+        front = self.engine.chat if self.engine.ready() else None
+        if front is None:
+            return None
+        try:
+            applied = apply_rules(
+                CHAT_RULES, request.fields, target="", policy="drop", skip=CHAT_SELF_SET
+            )
+            return front.count(front.request(chat.vllm_fields(applied.body, request)))
+        except Exception:  # an estimate only: the request itself will say what is wrong
+            return None
+
     # ------------------------------------------------------------ mapping
 
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared[EngineCompletion]:
@@ -127,6 +151,21 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding]):
         plan = EngineCompletion(body, fan, shape, truncate, beam, request)
         return Prepared(target, applied.dropped, plan)
 
+    def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[EngineChat]:
+        self._check_serves(GENERATE, target, CHAT)
+        applied = apply_rules(
+            CHAT_RULES,
+            request.fields,
+            target=target.label,
+            policy=target.unsupported_params,
+            skip=CHAT_SELF_SET,
+        )
+        plan = chat.plan(applied.body, request, self.max_logprobs)
+        front = self.engine.chat if self.engine.ready() else None
+        if front is not None:  # vLLM's own checks, before any work (else when it is sent)
+            plan = replace(plan, vllm_request=front.request(plan.vllm_fields))
+        return Prepared(target, applied.dropped, plan)
+
     def prepare_embedding(
         self, request: EmbeddingRequest, target: Target
     ) -> Prepared[EngineEmbedding]:
@@ -146,12 +185,19 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding]):
     def _request_id(self) -> str:
         return f"{self._prefix}{next(self._count)}"
 
-    def _check_serves(self, task: str, target: Target) -> None:
+    def _check_serves(self, task: str, target: Target, endpoint: str | None = None) -> None:
         """A 400 naming `model` when the engine runs a model that cannot do `task` (known once
         it is up; until then the call waits for the engine, as every call does)."""
         tasks = self.engine.tasks
         if tasks and task not in tasks:
-            raise InvalidRequest(WRONG_TASK[task].format(label=target.label), param="model")
+            wording = WRONG_TASK[endpoint or task]
+            raise InvalidRequest(wording.format(label=target.label), param="model")
+
+    def _front(self) -> ChatFront:
+        front = self.engine.chat
+        if front is None:  # a generating engine is up only with its front end
+            raise ServiceUnavailable(f"The vLLM engine of provider {self.name!r} has no chat.")
+        return front
 
     # ------------------------------------------------------------ serving
 
@@ -209,6 +255,74 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding]):
                 if chunks:
                     yield chunks
         yield [state.usage_chunk()]
+
+    async def complete_chat(self, prepared: Prepared[EngineChat]) -> ChatCompletion:
+        llm = self.engine.llm
+        target = prepared.target
+        self._check_serves(GENERATE, target, CHAT)
+        plan = prepared.state
+        front = self._front()
+        try:
+            async with asyncio.timeout(target.timeout_s):
+                started = await chat.start(llm, front, plan, self._request_id(), stream=False)
+                results = await submit.finals([started.outputs])
+        except TimeoutError:
+            raise _timeout(target) from None
+        except GatewayError:
+            raise
+        except Exception as exc:
+            raise engine_error(exc, target.label) from None
+        if not results:  # vLLM's server: "No output received from the engine." (a 500)
+            raise output.EngineStopped("no output")
+        vreq = started.vllm_request
+        shape = _chat_shape(front, plan, started)
+        return chat_output.document(
+            results[0], plan.fan, shape, vreq, lambda: front.parser(vreq), llm.renderer.tokenizer
+        )
+
+    async def stream_chat(
+        self, prepared: Prepared[EngineChat]
+    ) -> AsyncGenerator[list[ChatChunk], None]:
+        llm = self.engine.llm
+        plan = prepared.state
+        target = prepared.target
+        self._check_serves(GENERATE, target, CHAT)
+        front = self._front()
+        started = await _guarded(
+            chat.start(llm, front, plan, self._request_id(), stream=True), target
+        )
+        vreq = started.vllm_request
+        state = chat_output.ChatStream(
+            _chat_shape(front, plan, started),
+            vreq,
+            lambda: front.parser(vreq),
+            llm.renderer.tokenizer,
+        )
+        wait = target.first_byte_s or target.timeout_s  # the first output may wait longer
+        async with aclosing(started.outputs) as outputs:
+            accepted = False
+            while True:
+                try:
+                    result = await _guarded(anext(outputs), target, wait)
+                except StopAsyncIteration:
+                    break
+                wait = target.timeout_s
+                chunks = state.chunks(result)
+                if not accepted:  # the engine took the request: the caller's headers can go
+                    accepted = True
+                    yield []
+                if chunks:
+                    yield chunks
+        yield [state.usage_chunk()]
+
+
+def _chat_shape(
+    front: ChatFront, plan: EngineChat, started: chat.Started
+) -> chat_output.ChatRendering:
+    vreq = started.vllm_request
+    auto = front.enable_auto_tools and front.tool_parser_cls is not None
+    echo = chat.echoed(vreq, started.conversation)
+    return chat_output.ChatRendering.of(plan.request, vreq, plan.fan, auto, echo)
 
 
 async def _guarded(step: Awaitable[T], target: Target, seconds: float | None = None) -> T:

@@ -1,5 +1,6 @@
 """Fitting each prompt and its completion into the engine's window, exactly: the prompt's token
-count comes from the engine's own tokenizer, the window is the engine's `max_model_len`.
+count comes from the engine's own tokenizer (for chat: the rendered messages), the window is the
+engine's `max_model_len`.
 
 `context_length_exceeded_behavior`: "error" (OpenAI's behaviour, the default) is a 400
 `context_length_exceeded` naming both numbers; "truncate" lowers max_tokens to the room left. A
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.errors import ContextLengthExceeded
-from providers.openai_compat.context import too_long
+from providers.openai_compat.context import too_long, too_long_chat
 
 
 def fit(prompt_lengths: Sequence[int], max_tokens: int, window: int, truncate: bool) -> list[int]:
@@ -31,3 +32,16 @@ def fit(prompt_lengths: Sequence[int], max_tokens: int, window: int, truncate: b
             raise ContextLengthExceeded(message, param="prompt")
         budgets.append(room)
     return budgets
+
+
+def fit_chat(prompt_length: int, max_tokens: int | None, window: int, truncate: bool) -> int:
+    """max_tokens for a chat's rendered prompt: as asked, or with none asked what the window
+    leaves (vLLM's `get_max_tokens`); ContextLengthExceeded with OpenAI's chat wording (param
+    "messages") when it does not fit, unless "truncate" can lower it."""
+    room = window - prompt_length
+    wanted = 1 if max_tokens is None else max_tokens  # the engine makes at least one token
+    if wanted <= room:
+        return room if max_tokens is None else max_tokens
+    if room < 1 or not truncate:
+        raise ContextLengthExceeded(too_long_chat(window, prompt_length, wanted), param="messages")
+    return room

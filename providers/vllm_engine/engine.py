@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from core.errors import ServiceUnavailable
+from providers.vllm_engine.chat import ChatFront, build_front
 from providers.vllm_engine.mirostat import LOGITS_PROCESSOR
 from providers.vllm_engine.settings import EngineSettings
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("providers.vllm_engine")
 
+GENERATE = "generate"  # vLLM's task name for text generation
 # vLLM must never reach out (usage reports, Hugging Face downloads of a local model's files).
 QUIET_ENV: Mapping[str, str] = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 MISSING = (
@@ -50,6 +52,8 @@ class Engine:
         self._failure: str | None = None
         # What the running engine serves ("generate", or pooling tasks such as "embed").
         self.tasks: frozenset[str] = frozenset()
+        # vLLM's chat front end (templating, tool parsing) of a generating engine.
+        self.chat: ChatFront | None = None
 
     @property
     def llm(self) -> AsyncLLM:
@@ -86,6 +90,8 @@ class Engine:
             llm = box.pop()
             try:
                 self.tasks = frozenset(await llm.get_supported_tasks())
+                if GENERATE in self.tasks:  # as `vllm serve` builds it (a bad parser: no start)
+                    self.chat = await asyncio.to_thread(build_front, llm, self.settings)
             except BaseException:
                 llm.shutdown()
                 raise
@@ -115,6 +121,7 @@ class Engine:
             # A half-built engine cannot be interrupted safely: let it finish, then stop it.
             await asyncio.gather(self._boot, return_exceptions=True)
         llm, self._llm = self._llm, None
+        self.chat = None
         if llm is not None:
             self._failure = "the gateway is shutting down"
             # On the loop, not in a thread: AsyncLLM's output handler (a task on this loop) must

@@ -6,6 +6,9 @@ context fitting, usage in streams) is emulated; Mirostat passes to the engine's 
 processor. Every vLLM extra passes: sampling or the adapter serves each as vLLM's server does
 (`SERVED` must name them all). Unknown fields follow the model's `unsupported_params` (400 or
 drop), never a silent no-op.
+
+Chat (`CHAT_RULES`) derives from the vllm-server's chat table the same way, and also passes
+vLLM's chat extras, which `chat` hands to vLLM's own chat request.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from core.completions import CONTEXT
+from providers.openai_compat.chat_rules import VLLM_RULES as VLLM_SERVER_CHAT
 from providers.openai_compat.dialects.openai import CONTINUOUS
 from providers.openai_compat.dialects.vllm import RULES as VLLM_SERVER
 from providers.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
@@ -48,6 +53,31 @@ RULES: Mapping[str, FieldRule] = MappingProxyType(
         mirostat_lr=passes(),
         **{name: passes() for name in SERVED},
         logprobs=passes(-1),  # the adapter checks the engine's own cap (max_logprobs)
+        **{UNKNOWN: FieldRule(Action.REJECT, note="not supported by the in-process vLLM engine")},
+    )
+)
+
+# Chat: vLLM's chat extras, read by the adapter (`chat`) as vLLM's server reads them, on top of
+# what completions serves.
+CHAT_READS = (
+    "echo",
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template",
+    "chat_template_kwargs",
+    "documents",
+)
+
+CHAT_RULES: Mapping[str, FieldRule] = MappingProxyType(
+    derive(
+        VLLM_SERVER_CHAT,
+        stream_options=EMULATE,
+        **{CONTINUOUS: EMULATE},  # chat.ChatStream counts each choice's tokens
+        **{CONTEXT: EMULATE},  # checked on the rendered messages before anything is generated
+        response_format=passes(),  # all of OpenAI's, and a grammar: chat.vllm_fields
+        mirostat_target=passes(),
+        mirostat_lr=passes(),
+        **{name: passes() for name in (*SERVED, *CHAT_READS)},
         **{UNKNOWN: FieldRule(Action.REJECT, note="not supported by the in-process vLLM engine")},
     )
 )

@@ -169,7 +169,7 @@ def build(kwargs: Mapping[str, Any]) -> Any:
     kinds = {"delta": RequestOutputKind.DELTA, "final": RequestOutputKind.FINAL_ONLY}
     args = dict(kwargs)
     args["output_kind"] = kinds[args["output_kind"]]
-    if args["structured_outputs"] is not None:
+    if isinstance(args["structured_outputs"], Mapping):  # else vLLM's own, or None
         args["structured_outputs"] = StructuredOutputsParams(**args["structured_outputs"])
     try:
         return SamplingParams.from_optional(**args)

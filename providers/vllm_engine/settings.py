@@ -8,6 +8,13 @@ directory, or a model id vLLM can load); `engine_args` (optional: vLLM `AsyncEng
 checked against vLLM's own list when the engine starts). Defaults for CPU machines that vLLM
 lacks (a bounded KV cache: vLLM's default of 92% of NUMA node 0 fails on small machines) are in
 DEFAULT_ENGINE_ARGS; a configured value always wins.
+
+Chat takes the settings `vllm serve` takes as flags (each off by default, as there):
+`tool_call_parser` (`--tool-call-parser`: one of vLLM's tool parsers, e.g. hermes; checked
+against vLLM's registry when the engine starts), `enable_auto_tool_choice`
+(`--enable-auto-tool-choice`: `tool_choice` auto, required and named; it needs
+`tool_call_parser`), `trust_request_chat_template` (`--trust-request-chat-template`: a request
+may bring its own `chat_template`).
 """
 
 from __future__ import annotations
@@ -19,7 +26,14 @@ from typing import Any
 
 from core.errors import ConfigError
 
-KEYS = ("type", "model", "engine_args")
+KEYS = (
+    "type",
+    "model",
+    "engine_args",
+    "tool_call_parser",
+    "enable_auto_tool_choice",
+    "trust_request_chat_template",
+)
 # Arguments the gateway sets itself: the model comes from `model`, and the Mirostat logits
 # processor must always be loaded.
 RESERVED_ENGINE_ARGS = frozenset({"model", "logits_processors"})
@@ -30,6 +44,9 @@ DEFAULT_ENGINE_ARGS: Mapping[str, Any] = MappingProxyType({"disable_log_stats": 
 class EngineSettings:
     model: str
     engine_args: Mapping[str, Any]
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+    trust_request_chat_template: bool = False
 
 
 def parse_settings(settings: Mapping[str, Any], path: str) -> EngineSettings:
@@ -39,7 +56,27 @@ def parse_settings(settings: Mapping[str, Any], path: str) -> EngineSettings:
     model = settings.get("model")
     if not isinstance(model, str) or not model.strip():
         raise ConfigError(f"{path}.model", "required: a model directory or id, e.g. ./models/tiny")
-    return EngineSettings(model=model, engine_args=_engine_args(settings.get("engine_args"), path))
+    parser = settings.get("tool_call_parser")
+    if parser is not None and (not isinstance(parser, str) or not parser.strip()):
+        raise ConfigError(f"{path}.tool_call_parser", "a vLLM tool parser's name, e.g. hermes")
+    auto = _flag(settings, "enable_auto_tool_choice", path)
+    if auto and parser is None:
+        # vLLM's own rule: "--enable-auto-tool-choice requires --tool-call-parser".
+        raise ConfigError(f"{path}.enable_auto_tool_choice", "requires tool_call_parser")
+    return EngineSettings(
+        model=model,
+        engine_args=_engine_args(settings.get("engine_args"), path),
+        tool_call_parser=parser,
+        enable_auto_tool_choice=auto,
+        trust_request_chat_template=_flag(settings, "trust_request_chat_template", path),
+    )
+
+
+def _flag(settings: Mapping[str, Any], key: str, path: str) -> bool:
+    value = settings.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}.{key}", "expected true or false")
+    return value
 
 
 def _engine_args(value: Any, path: str) -> Mapping[str, Any]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import httpx
 import orjson
 import pytest
 
+from core.chat import ChatRequest
 from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import GatewayError, UpstreamError
@@ -22,7 +24,7 @@ from gateway.trees import Group, Leaf
 pytestmark = pytest.mark.asyncio
 
 
-class FakeProvider(Adapter[CompletionRequest, None]):
+class FakeProvider(Adapter[CompletionRequest, None, ChatRequest]):
     """Answers with one choice per prompt and n; scripted failures by prompt text."""
 
     type_tags: ClassVar[tuple[str, ...]] = ("fake",)
@@ -58,6 +60,41 @@ class FakeProvider(Adapter[CompletionRequest, None]):
 
     async def embed(self, prepared: Prepared[None]) -> Any:
         raise NotImplementedError
+
+    def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[ChatRequest]:
+        dropped = tuple(n for n in request.unknown if n.startswith("drop_"))
+        return Prepared(target, dropped, request)
+
+    async def complete_chat(self, prepared: Prepared[ChatRequest]) -> Any:
+        self.calls += 1
+        if self.fail:
+            raise self.fail
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": f"{self.name}:{i}", "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+            for i in range(prepared.state.n)
+        ]
+        usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+        return {"choices": choices, "usage": usage, "system_fingerprint": "fp_fake"}
+
+    async def stream_chat(self, prepared: Prepared[ChatRequest]) -> AsyncIterator[Any]:
+        self.calls += 1
+        if self.fail:
+            raise self.fail
+        yield []
+        none = {"logprobs": None, "finish_reason": None}
+        for i in range(prepared.state.n):
+            yield [
+                {"choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, **none}]},
+                {"choices": [{"index": i, "delta": {"content": "hi"}, **none}]},
+            ]
+            yield [{"choices": [{"index": i, "delta": {}, **none, "finish_reason": "stop"}]}]
+        usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+        yield [{"choices": [], "usage": usage}]
 
     async def complete(self, prepared: Prepared[CompletionRequest]) -> Any:
         self.calls += 1
@@ -102,12 +139,17 @@ def _config(providers: dict[str, FakeProvider]) -> Config:
 
     return Config(
         server=ServerConfig(max_body_bytes=2048),
-        keys=(key("a", "sk-a", ("m", "org/*"), ("good",)), key("b", "sk-b", ("m", "fb"))),
+        keys=(
+            key("a", "sk-a", ("m", "org/*"), ("good",)),
+            key("b", "sk-b", ("m", "fb")),
+            key("c", "sk-c", ("m", "emb")),
+        ),
         providers={name: ProviderConfig(name, {"type": "fake"}) for name in providers},
         models={
             "m": model("m", "single", "good"),
             "org/model-1": model("org/model-1", "single", "good"),
             "fb": model("fb", "fallback", "bad", "good"),
+            "emb": replace(model("emb", "single", "good"), endpoint="embeddings"),
         },
     )
 
@@ -328,3 +370,91 @@ async def test_stream_error_before_first_byte_is_json(setup: Any) -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
         r = await post(c, {"model": "m", "prompt": "x", "stream": True})
     assert_error(r, 502)
+
+
+# ---------------------------------------------------------------- chat
+
+CHAT = "/v1/chat/completions"
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+async def test_chat_json(setup: Any) -> None:
+    client, _ = setup
+    r = await post(client, {"model": "m", "messages": HELLO, "n": 2}, path=CHAT)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["id"].startswith("chatcmpl-") and doc["object"] == "chat.completion"
+    assert doc["model"] == "m" and isinstance(doc["created"], int)
+    assert doc["system_fingerprint"] == "fp_fake"
+    assert [c["message"]["content"] for c in doc["choices"]] == ["good:0", "good:1"]
+    assert doc["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "good:0",
+        "refusal": None,
+    }
+    assert doc["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    r = await post(client, {"model": "m", "messages": HELLO}, path="/chat/completions")
+    assert r.status_code == 200 and r.json()["object"] == "chat.completion"
+
+
+async def test_chat_stream(setup: Any) -> None:
+    client, _ = setup
+    body = {
+        "model": "m",
+        "messages": HELLO,
+        "n": 2,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    r = await post(client, body, path=CHAT)
+    assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
+    evs = events(r.text)
+    assert evs[-1] == "[DONE]"
+    chunks = [orjson.loads(e) for e in evs[:-1]]
+    assert len({c["id"] for c in chunks}) == 1 and chunks[0]["id"].startswith("chatcmpl-")
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert all(c["usage"] is None for c in chunks[:-1])
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 5
+    firsts = [
+        c["choices"][0] for c in chunks if c["choices"][0:1] and "role" in c["choices"][0]["delta"]
+    ]
+    assert [f["index"] for f in firsts] == [0, 1]
+    assert {c["choices"][0]["finish_reason"] for c in chunks[:-1]} == {None, "stop"}
+
+
+async def test_chat_stream_without_usage(setup: Any) -> None:
+    client, _ = setup
+    r = await post(client, {"model": "m", "messages": HELLO, "stream": True}, path=CHAT)
+    chunks = [orjson.loads(e) for e in events(r.text)[:-1]]
+    assert all("usage" not in c and c["choices"] for c in chunks)
+
+
+async def test_chat_errors_name_the_field(setup: Any) -> None:
+    client, _ = setup
+    cases = [
+        ({"model": "m"}, "messages"),
+        ({"model": "m", "messages": []}, "messages"),
+        ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"model": "m", "messages": HELLO, "top_logprobs": 2}, "top_logprobs"),
+        ({"model": "m", "messages": HELLO, "temperature": 3}, "temperature"),
+        ({"model": "m", "messages": HELLO, "tool_choice": "required"}, "tool_choice"),
+    ]
+    for body, param in cases:
+        assert_error(await post(client, body, path=CHAT), 400, param)
+    c = {"authorization": "Bearer sk-c"}
+    err = assert_error(await post(client, {"model": "emb", "messages": HELLO}, c, path=CHAT), 400)
+    assert err["param"] == "model" and err["code"] == "wrong_endpoint"
+    r = await post(client, {"model": "m", "input": "x"}, c, path="/v1/embeddings")
+    err = assert_error(r, 400, "model")
+    assert "completions and chat/completions" in err["message"]
+
+
+async def test_chat_falls_back_and_reports_dropped(setup: Any) -> None:
+    client, providers = setup
+    r = await post(client, {"model": "m", "messages": HELLO, "drop_me": 1}, path=CHAT)
+    assert r.headers["x-gateway-dropped-params"] == "drop_me"
+    r = await post(
+        client, {"model": "fb", "messages": HELLO}, {"authorization": "Bearer sk-b"}, path=CHAT
+    )
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "good:0"
+    assert providers["bad"].calls == 1

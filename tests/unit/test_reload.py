@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
+from core.chat import ChatRequest
 from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, RateLimited
@@ -31,7 +32,7 @@ KEY = "sk-reload-unit"
 DEADLINE_S = 5.0
 
 
-class Fake(Adapter[None, None]):
+class Fake(Adapter[None, None, None]):
     type_tags: ClassVar[tuple[str, ...]] = ("fake",)
     reloadable: ClassVar[bool] = True
 
@@ -61,6 +62,15 @@ class Fake(Adapter[None, None]):
         raise NotImplementedError
 
     def stream(self, prepared: Prepared[None]) -> Any:
+        raise NotImplementedError
+
+    def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[None]:
+        raise NotImplementedError
+
+    async def complete_chat(self, prepared: Prepared[None]) -> Any:
+        raise NotImplementedError
+
+    def stream_chat(self, prepared: Prepared[None]) -> AsyncIterator[Any]:
         raise NotImplementedError
 
     def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[None]:

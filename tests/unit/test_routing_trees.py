@@ -11,6 +11,7 @@ import httpx
 import orjson
 import pytest
 
+from core.chat import ChatRequest
 from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, GatewayError, UpstreamError, UpstreamTimeout
@@ -29,7 +30,7 @@ def upstream(status: int) -> UpstreamError:
     return err
 
 
-class Scripted(Adapter[None, None]):
+class Scripted(Adapter[None, None, None]):
     """Answers ok, or with the next scripted failure; `always` fails every call."""
 
     type_tags: ClassVar[tuple[str, ...]] = ("scripted",)
@@ -52,6 +53,15 @@ class Scripted(Adapter[None, None]):
 
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared[None]:
         return Prepared(target, (), None)
+
+    def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[None]:
+        raise NotImplementedError
+
+    async def complete_chat(self, prepared: Prepared[None]) -> Any:
+        raise NotImplementedError
+
+    def stream_chat(self, prepared: Prepared[None]) -> AsyncIterator[Any]:
+        raise NotImplementedError
 
     def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[None]:
         raise NotImplementedError

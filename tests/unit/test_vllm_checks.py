@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from core.chat import validate_chat
 from core.completions import RequestLimits, validate_completion
 from core.errors import InvalidRequest
 from providers import vllm_checks
@@ -77,3 +78,48 @@ def test_the_checks_are_vllms_alone() -> None:
     """Other targets take these requests to their own rules (their dialect tables)."""
     for fields, _ in BAD:
         validate_completion({**BASE, **fields}, LIMITS)
+
+
+# ---------------------------------------------------------------- chat
+
+HELLO = [{"role": "user", "content": "hi"}]
+
+
+def chat(**fields: Any) -> Any:
+    request = validate_chat({"model": "m", "messages": HELLO, **fields}, LIMITS)
+    vllm_checks.check_chat(request.fields)
+    return request
+
+
+CHAT_BAD: list[tuple[dict[str, Any], str]] = [
+    ({"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
+    ({"min_tokens": 5, "max_tokens": 4}, "min_tokens"),
+    ({"min_tokens": 5, "max_completion_tokens": 4, "max_tokens": 9}, "min_tokens"),
+    ({"length_penalty": 0.5}, "length_penalty"),
+    ({"logprob_token_ids": [1]}, "logprob_token_ids"),
+    ({"logprob_token_ids": list(range(129)), "logprobs": True}, "logprob_token_ids"),
+    ({"allowed_token_ids": []}, "allowed_token_ids"),
+    ({"use_beam_search": True, "stream": True}, "use_beam_search"),
+    ({"use_beam_search": True, "top_p": 0.5}, "top_p"),
+]
+
+
+@pytest.mark.parametrize(("fields", "param"), CHAT_BAD)
+def test_chat_requests_vllm_refuses(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        chat(**fields)
+    assert exc.value.param == param
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"min_tokens": 50},  # no bound: the window's room
+        {"min_tokens": 4, "max_completion_tokens": 4},
+        {"logprob_token_ids": [1, 2], "logprobs": True},
+        {"use_beam_search": True, "echo": True, "logprobs": True},
+        {"prompt_logprobs": 0, "stream": True},
+    ],
+)
+def test_chat_requests_vllm_serves(fields: dict[str, Any]) -> None:
+    chat(**fields)

@@ -33,3 +33,4 @@ class DialectSpec:
     # The upstream's own rules between fields, checked before the request is sent (vLLM's, for
     # its server): a 400 naming the field instead of the upstream's answer.
     request_checks: Callable[[Mapping[str, Any]], None] | None = None
+    chat_checks: Callable[[Mapping[str, Any]], None] | None = None  # the same, for chat

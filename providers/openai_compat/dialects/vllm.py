@@ -58,5 +58,9 @@ RULES: Mapping[str, FieldRule] = MappingProxyType(
 )
 
 SPEC = DialectSpec(
-    name="vllm-server", rules=RULES, clamps_max_tokens=True, request_checks=vllm_checks.check
+    name="vllm-server",
+    rules=RULES,
+    clamps_max_tokens=True,
+    request_checks=vllm_checks.check,
+    chat_checks=vllm_checks.check_chat,
 )
