@@ -11,6 +11,10 @@ Every alias has a target on each provider, so a test picks the path with the vir
     tiny-trunc  context_length_exceeded_behavior: truncate
     tiny-fast   timeout_s 1 (engine timeouts)
     tiny-embed  an embeddings alias on the (generating) engine: refused
+
+Both serve chat as `vllm serve --enable-auto-tool-choice --tool-call-parser hermes
+--trust-request-chat-template` does (SERVER_CHAT_FLAGS and the engine's same settings): tool
+calls in the tiny model's hermes format, and a request's own chat_template.
 """
 
 from __future__ import annotations
@@ -33,6 +37,14 @@ WINDOW = 1024  # --max-model-len of the server, max_model_len of the engine
 PATHS = ("server", "engine")
 ENGINE_READY_TIMEOUT_S = 300.0
 VIRTUAL_KEY = "x-portkey-virtual-key"
+# Chat on vLLM's server as on the engine (settings in CONFIG): completions are unaffected.
+TOOL_PARSER = "hermes"
+SERVER_CHAT_FLAGS = (
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    TOOL_PARSER,
+    "--trust-request-chat-template",
+)
 CONFIG = """\
 auth:
   keys:
@@ -43,6 +55,9 @@ providers:
   engine:
     type: vllm
     model: {model_dir}
+    tool_call_parser: {parser}
+    enable_auto_tool_choice: true
+    trust_request_chat_template: true
     engine_args:
       {{max_model_len: {window}, dtype: float32, enforce_eager: true, seed: 0,
        kv_cache_memory_bytes: 268435456}}
@@ -89,7 +104,7 @@ class Stack:
 @pytest.fixture(scope="session")
 def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("gateway-vllm")
-    with VllmServer() as server:
+    with VllmServer(extra=SERVER_CHAT_FLAGS) as server:
         text = CONFIG.format(
             key=KEY,
             metered=METERED_KEY,
@@ -97,6 +112,7 @@ def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             url=server.url,
             model_dir=MODEL_DIR,
             window=WINDOW,
+            parser=TOOL_PARSER,
         )
         with GatewayProcess(text, workdir, env=VLLM_ENV, timeout=ENGINE_READY_TIMEOUT_S) as gw:
             yield Stack(server, gw)

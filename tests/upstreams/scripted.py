@@ -4,8 +4,8 @@
         [--host 127.0.0.1] [--api-key K] [--models a,b] [--context-window 2048]
         [--chunk-delay-ms 0]
 
-Serves POST `…/completions` and `…/embeddings` (any prefix: /v1, /inference/v1, none),
-GET `/v1/models`,
+Serves POST `…/completions`, `…/chat/completions` (chat_server.py) and `…/embeddings` (any
+prefix: /v1, /inference/v1, none), GET `/v1/models`,
 `/v1/models/{id}` (also under /inference/v1), GET /health, and the test controls
 GET /__requests, POST /__reset, GET /__stats, POST /__script. See README.md.
 """
@@ -26,6 +26,7 @@ import orjson
 from aiohttp import web
 
 from . import embeddings as fake_embeddings
+from .chat_fake import message_texts
 from .control import get_model, health, list_models, requests_log, reset, script, stats
 from .dialect import Dialect
 from .dialect_fireworks import FireworksDialect
@@ -104,7 +105,7 @@ async def answer(
     request: web.Request, state: ServerState, body: Any, seq: int, reply: React
 ) -> web.StreamResponse:
     check_auth(state, request)
-    magic = parse_magic(prompt_texts(body) or input_texts(body))
+    magic = parse_magic(prompt_texts(body) or input_texts(body) or message_texts(body))
     step = state.script.take()
     if step is not None:
         magic = step.as_magic(magic)
@@ -310,6 +311,10 @@ def create_app(state: ServerState) -> web.Application:
     for prefix in MODEL_PREFIXES:
         app.router.add_get(f"{prefix}/models", list_models)
         app.router.add_get(f"{prefix}/models/{{model_id:.+}}", get_model)
+    from .chat_server import chat_completions  # here: chat_server imports this module
+
+    # Before `…completions`, which matches `…/chat/completions` too: the first match wins.
+    app.router.add_post("/{prefix:.*}chat/completions", chat_completions)
     app.router.add_post("/{prefix:.*}completions", completions)
     app.router.add_post("/{prefix:.*}embeddings", embeddings)
     return app
