@@ -90,14 +90,15 @@ lint: $(STAMP)
 	$(BIN)/mypy $(TYPED)
 	$(BIN)/lint-imports
 
-# The gateway vs direct on a mock upstream (completions and embeddings), the rate limiters' cost
-# (none, memory, redis), then the in-process engine vs vLLM's own server (completions, then
-# embeddings on a pooling model).
+# The gateway vs direct on a mock upstream (completions, chat and embeddings), the rate limiters'
+# cost (none, memory, redis), then the in-process engine vs vLLM's own server (completions, chat,
+# then embeddings on a pooling model).
 bench: install
 	@./scripts/debs.sh $(BENCH_DEBS)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/limiter.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/engine.py --endpoint chat
 	$(BIN)/python bench/engine_embeddings.py
 
 clean:

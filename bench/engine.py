@@ -10,9 +10,11 @@ hits both alike; the table shows the median over rounds of
     tokens/s   completion tokens of all requests / wall time of the run
     TTFT p50   time from sending a request to its first text chunk
 
-Budget (issue 3): the gateway's tokens/s at least the server's, its TTFT p50 no worse.
+Budget: the gateway's tokens/s at least the server's, its TTFT p50 no worse. `--endpoint chat`
+runs the same on POST /v1/chat/completions (each prompt as one user message through the model's
+chat template; the first token is the first content delta after the role's).
 
-    .venv/bin/python bench/engine.py [--rounds 3] [--max-tokens 128] [--check]
+    .venv/bin/python bench/engine.py [--endpoint chat] [--rounds 3] [--max-tokens 128] [--check]
 """
 
 from __future__ import annotations
@@ -70,9 +72,13 @@ PROMPTS = (
 @dataclass(frozen=True)
 class Target:
     name: str
-    url: str  # .../v1/completions (.../v1/embeddings for a pooling model)
+    url: str  # .../v1/completions (chat/completions, or embeddings for a pooling model)
     model: str
     headers: dict[str, str]
+
+    @property
+    def chat(self) -> bool:
+        return self.url.endswith("/chat/completions")
 
 
 @dataclass
@@ -108,6 +114,8 @@ class Columns:
     short_latency: str  # "TTFT", in the comparison column
 
 
+ENDPOINTS = {"completions": "completions", "chat": "chat/completions"}
+OUTPUTS = {"completions": "engine_results.json", "chat": "engine_chat_results.json"}
 COLUMNS = Columns("streams", "tokens/s", "tokens_per_s", "TTFT p50 ms", "ttft_p50_ms", "TTFT")
 
 
@@ -142,7 +150,9 @@ def gateway_config(tmp: Path, pooling: bool) -> Path:
 
 
 @contextmanager
-def serving(name: str, tmp: Path, pooling: bool = False) -> Iterator[Target]:
+def serving(
+    name: str, tmp: Path, pooling: bool = False, endpoint: str = "completions"
+) -> Iterator[Target]:
     """One target at a time: two CPU engines side by side would bind their workers to the same
     core and spin against each other (vLLM's default OpenMP binding), which is noise. Started
     in the bench's own session: in sessions of their own (setsid) both targets showed
@@ -160,7 +170,7 @@ def serving(name: str, tmp: Path, pooling: bool = False) -> Iterator[Target]:
     try:
         wait_up(proc, ready, log_path)
         auth = {"Authorization": f"Bearer {KEY}"} if name == GATEWAY else {}
-        endpoint = "embeddings" if pooling else "completions"
+        endpoint = "embeddings" if pooling else endpoint
         yield Target(name, f"http://{HOST}:{port}/v1/{endpoint}", "tiny", auth)
     finally:
         stop(proc)
@@ -234,9 +244,13 @@ def gateway_command(tmp: Path, port: int, pooling: bool) -> list[str]:
 
 
 def body(target: Target, i: int, max_tokens: int) -> dict[str, Any]:
+    prompt = PROMPTS[i % len(PROMPTS)]
+    asked: dict[str, Any] = (
+        {"messages": [{"role": "user", "content": prompt}]} if target.chat else {"prompt": prompt}
+    )
     return {
         "model": target.model,
-        "prompt": PROMPTS[i % len(PROMPTS)],
+        **asked,
         "max_tokens": max_tokens,
         "temperature": 1.0,
         "seed": i,
@@ -261,13 +275,22 @@ async def one(
             if not line.startswith(b"data: ") or line == b"data: [DONE]":
                 continue
             event = json.loads(line[6:])
-            if first is None and event.get("choices"):  # the first token, whatever its text
+            if first is None and _token(event, target.chat):
                 first = time.perf_counter()
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
     if first is None or tokens != max_tokens:
         raise BenchError(f"{target.name}: request {i} gave {tokens} tokens, no text: {first}")
     return tokens, (first - began) * 1000
+
+
+def _token(event: dict[str, Any], chat: bool) -> bool:
+    """The event carries the first token, whatever its text (a chat's first delta holds only
+    the role)."""
+    choices = event.get("choices")
+    if not choices:
+        return False
+    return not chat or any("role" not in c.get("delta", {}) for c in choices)
 
 
 async def run_load(target: Target, streams: int, per_stream: int, max_tokens: int) -> Result:
@@ -333,6 +356,7 @@ def report(results: list[Result], args: argparse.Namespace) -> int:
         if ttft > 0:
             failures.append(f"{streams} streams: TTFT p50 {ttft:+.1f} ms over the server's")
     output = {
+        "endpoint": args.endpoint,
         "rounds": args.rounds,
         "max_tokens": args.max_tokens,
         "results": table,
@@ -376,13 +400,14 @@ def alternate(
     tmp: Path,
     pooling: bool,
     work: Callable[[Target, int], Coroutine[Any, Any, list[R]]],
+    endpoint: str = "completions",
 ) -> list[R]:
     """`work` on each target in each round, one target running at a time, the order
     alternating from round to round."""
     results: list[R] = []
     for rnd in range(rounds):
         for name in (SERVER, GATEWAY) if rnd % 2 == 0 else (GATEWAY, SERVER):
-            with serving(name, tmp, pooling) as target:
+            with serving(name, tmp, pooling, endpoint) as target:
                 results.extend(asyncio.run(work(target, rnd)))
     return results
 
@@ -394,7 +419,7 @@ def bench(args: argparse.Namespace, tmp: Path) -> list[Result]:
             await asyncio.sleep(3600)
         return await measure(target, rnd, args)
 
-    return alternate(args.rounds, tmp, False, work)
+    return alternate(args.rounds, tmp, False, work, ENDPOINTS[args.endpoint])
 
 
 def run_bench(
@@ -429,8 +454,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--check", action="store_true", help="exit 1 when a budget fails")
     parser.add_argument("--hold", action="store_true", help="print the URLs and keep serving")
-    parser.add_argument("--output", type=Path, default=BENCH_DIR / "engine_results.json")
-    return parser.parse_args(argv)
+    parser.add_argument("--endpoint", choices=sorted(ENDPOINTS), default="completions")
+    parser.add_argument("--output", type=Path, default=None, help="default: by endpoint")
+    args = parser.parse_args(argv)
+    if args.output is None:
+        args.output = BENCH_DIR / OUTPUTS[args.endpoint]
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,8 @@ being the bottleneck of anything it is measured against.
     POST /v1/completions   JSON completion; with "stream": true an SSE stream of N chunks
                            (chunked transfer-encoding), a usage chunk when
                            stream_options.include_usage, then `data: [DONE]`
+    POST /v1/chat/completions   the same as a chat completion (`chatcmpl-` ids, the message, a
+                           first delta with the role, content deltas, a finish chunk)
     POST /v1/embeddings    one embedding per input (--dims floats each, as a list of numbers or
                            OpenAI's base64 of little-endian float32 when asked)
     GET  /health           200
@@ -49,6 +51,7 @@ except ImportError:  # pragma: no cover - the venv has orjson
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
 ID_PLACEHOLDER = b"cmpl-" + b"#" * 24  # same length as every real id, so sizes stay valid
+CHAT_ID_PLACEHOLDER = b"chatcmpl-" + b"#" * 24
 COMPLETION_TEXT = " This is a test. This is a test. This is a test. This is a test."
 COMPLETION_TOKENS = 16
 PROMPT_TOKENS = 5
@@ -114,6 +117,47 @@ def completion_body(model: str, created: int) -> bytes:
             "usage": usage(COMPLETION_TOKENS),
         }
     )
+
+
+def chat_body(model: str, created: int) -> bytes:
+    message = {"role": "assistant", "content": COMPLETION_TEXT, "refusal": None}
+    return dumps(
+        {
+            "id": CHAT_ID_PLACEHOLDER.decode(),
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": "length"}
+            ],
+            "usage": usage(COMPLETION_TOKENS),
+            "system_fingerprint": "fp_mock",
+        }
+    )
+
+
+def chat_stream_events(model: str, created: int, chunks: int, include_usage: bool) -> list[bytes]:
+    """OpenAI's chat stream: the role first, one content delta per token, the finish chunk."""
+    base = {
+        "id": CHAT_ID_PLACEHOLDER.decode(),
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": "fp_mock",
+    }
+    extra: dict[str, Any] = {"usage": None} if include_usage else {}
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return dumps({**base, "choices": [choice], **extra})
+
+    events = [event({"role": "assistant", "content": "", "refusal": None})]
+    events += [event({"content": STREAM_TOKENS[i % len(STREAM_TOKENS)]}) for i in range(chunks)]
+    events.append(event({}, "length"))
+    if include_usage:
+        events.append(dumps({**base, "choices": [], "usage": usage(chunks)}))
+    events.append(b"[DONE]")
+    return [b"data: " + event + b"\n\n" for event in events]
 
 
 def usage(completion_tokens: int) -> dict[str, int]:
@@ -195,22 +239,24 @@ class Renderer:
                 self.cache[key] = answer
         return answer
 
-    def completion(self, model: str, stream: bool, include_usage: bool) -> bytes:
+    def completion(self, model: str, stream: bool, include_usage: bool, chat: bool) -> bytes:
         kind = "stream+usage" if include_usage else "stream" if stream else "json"
-        key = (model, kind)
+        key = (model, f"{'chat-' if chat else ''}{kind}")
         template = self.cache.get(key)
         if template is None:
-            template = self.render(model, stream, include_usage)
+            template = self.render(model, stream, include_usage, chat)
             if len(self.cache) < MAX_CACHED_MODELS * 3:
                 self.cache[key] = template
-        new_id = b"cmpl-%024x" % next(self.ids)
-        return template.replace(ID_PLACEHOLDER, new_id)
+        if chat:
+            return template.replace(CHAT_ID_PLACEHOLDER, b"chatcmpl-%024x" % next(self.ids))
+        return template.replace(ID_PLACEHOLDER, b"cmpl-%024x" % next(self.ids))
 
-    def render(self, model: str, stream: bool, include_usage: bool) -> bytes:
+    def render(self, model: str, stream: bool, include_usage: bool, chat: bool) -> bytes:
         if not stream:
-            return http_response(200, completion_body(model, self.created))
-        events = stream_events(model, self.created, self.chunks, include_usage)
-        return chunked_stream_response(events)
+            body = chat_body if chat else completion_body
+            return http_response(200, body(model, self.created))
+        events = chat_stream_events if chat else stream_events
+        return chunked_stream_response(events(model, self.created, self.chunks, include_usage))
 
     def models(self) -> bytes:
         model = {"id": "mock-model", "object": "model", "created": self.created, "owned_by": "mock"}
@@ -334,13 +380,19 @@ class MockProtocol(asyncio.Protocol):
         return error_response(404, f"no route {head.path.decode(errors='replace')}")
 
 
-def completions(renderer: Renderer, request: dict[str, Any]) -> bytes:
+def completions(renderer: Renderer, request: dict[str, Any], chat: bool = False) -> bytes:
     model = request.get("model")
     model = model if isinstance(model, str) else "mock-model"
     stream = request.get("stream") is True
     options = request.get("stream_options")
     wants_usage = isinstance(options, dict) and options.get("include_usage") is True
-    return renderer.completion(model, stream, stream and wants_usage)
+    return renderer.completion(model, stream, stream and wants_usage, chat)
+
+
+def chat(renderer: Renderer, request: dict[str, Any]) -> bytes:
+    if not isinstance(request.get("messages"), list):
+        return error_response(400, "'messages' must be an array")
+    return completions(renderer, request, chat=True)
 
 
 def embeddings(renderer: Renderer, request: dict[str, Any]) -> bytes:
@@ -355,6 +407,8 @@ def embeddings(renderer: Renderer, request: dict[str, Any]) -> bytes:
 POSTS: dict[bytes, Callable[[Renderer, dict[str, Any]], bytes]] = {
     b"/v1/completions": completions,
     b"/completions": completions,
+    b"/v1/chat/completions": chat,
+    b"/chat/completions": chat,
     b"/v1/embeddings": embeddings,
     b"/embeddings": embeddings,
 }

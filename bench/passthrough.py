@@ -1,11 +1,11 @@
 """The benchmark's yardstick: a bare Starlette + aiohttp pass-through, nothing else.
 
-No auth, validation, routing or normalization: it forwards the body of a POST to /v1/completions
-or /v1/embeddings to the same path upstream with one pooled aiohttp session and relays the
-answer (JSON, or the SSE bytes as they come). It runs under uvicorn with the gateway's own server
-options, so the difference between it and the gateway is the gateway's work, and the difference
-between it and direct is the floor that any Python ASGI + aiohttp proxy pays on the machine at
-hand.
+No auth, validation, routing or normalization: it forwards the body of a POST to
+/v1/completions, /v1/chat/completions or /v1/embeddings to the same path upstream with one pooled
+aiohttp session and relays the answer (JSON, or the SSE bytes as they come). It runs under
+uvicorn with the gateway's own server options, so the difference between it and the gateway is
+the gateway's work, and the difference between it and direct is the floor that any Python ASGI +
+aiohttp proxy pays on the machine at hand.
 
 Run: python bench/passthrough.py --upstream http://127.0.0.1:9001 --port 9002
 """
@@ -56,6 +56,7 @@ def create_app(upstream: str) -> Starlette:
 
     routes = [
         Route("/v1/completions", forward, methods=["POST"]),
+        Route("/v1/chat/completions", forward, methods=["POST"]),
         Route("/v1/embeddings", forward, methods=["POST"]),
         Route("/health", health),
     ]

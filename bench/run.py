@@ -10,6 +10,8 @@ on free ports, then for each scenario runs a warm-up and a measured wrk run agai
     embeddings  8 connections, 16 inputs a request, 1536-dimension answers in base64 (the openai
                 SDK's default, passed through from an `openai` upstream): requests/s and p50
     embeddings-float  the same with floats (parsed, checked and re-rendered by the gateway)
+    chat        32 connections, POST /v1/chat/completions: requests/s and the ratio to direct
+    chat-streaming   8 connections, 64-chunk chat streams: requests/s and p50
 
 Prints a markdown table, writes bench/results.json and checks the budgets (exit 1 on a failed
 budget with --check). A run with any socket error or HTTP status >= 400 fails the bench (exit 2).
@@ -55,8 +57,10 @@ MIN_THROUGHPUT_RATIO = 0.12
 # Embeddings against the bare pass-through (the same bytes relayed with no checks): the work of
 # a gateway that reads, checks and re-renders every answer.
 MIN_EMBEDDINGS_VS_PASSTHROUGH = 0.5
-MOCK_MODELS = {"completions": "mock-model", "embeddings": "mock-embed"}
-GATEWAY_MODELS = {"completions": "bench-model", "embeddings": "bench-embed"}
+CHAT = "chat/completions"
+MOCK_MODELS = {"completions": "mock-model", CHAT: "mock-model", "embeddings": "mock-embed"}
+GATEWAY_MODELS = {"completions": "bench-model", CHAT: "bench-model", "embeddings": "bench-embed"}
+CHAT_MESSAGES = ({"role": "user", "content": "Say this is a test"},)
 EMBED_INPUTS = tuple(f"The quick brown fox number {i} jumps over the lazy dog." for i in range(16))
 MAX_ADDED_P50_MS = 0.35
 BUSY_GATEWAY_CPU_PERCENT = 90.0
@@ -78,8 +82,12 @@ SCENARIOS = (
     Scenario("streaming", threads=1, connections=8, stream=True),
     Scenario("embeddings", threads=1, connections=8, endpoint="embeddings", encoding="base64"),
     Scenario("embeddings-float", threads=1, connections=8, endpoint="embeddings"),
+    Scenario("chat", threads=2, connections=32, endpoint=CHAT),
+    Scenario("chat-streaming", threads=1, connections=8, stream=True, endpoint=CHAT),
 )
 STREAMING = SCENARIOS[2]
+# The scenarios held to the throughput budget: completions, and chat to the same.
+THROUGHPUT_SCENARIOS = {"throughput": "throughput", "chat": "chat throughput"}
 
 
 @dataclass(frozen=True)
@@ -214,6 +222,8 @@ def body_file(tmp: Path, target: Target, scenario: Scenario) -> Path:
     body: dict[str, Any] = {"model": model}
     if scenario.endpoint == "embeddings":
         body |= {"input": list(EMBED_INPUTS), "encoding_format": scenario.encoding}
+    elif scenario.endpoint == CHAT:
+        body |= {"messages": list(CHAT_MESSAGES), "max_tokens": 16, "temperature": 0}
     else:
         body |= {"prompt": "Say this is a test", "max_tokens": 16, "temperature": 0}
     if scenario.stream:
@@ -357,11 +367,13 @@ def budgets(compared: dict[str, dict[str, dict[str, float]]]) -> list[dict[str, 
 
 def throughput_budgets(compared: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     checks = []
-    if "throughput" in compared:
-        ratio = compared["throughput"]["throughput_ratio"]
+    for scenario, what in THROUGHPUT_SCENARIOS.items():
+        if scenario not in compared:
+            continue
+        ratio = compared[scenario]["throughput_ratio"]
         checks.append(
             {
-                "name": "throughput at 32 connections, gateway / direct req/s",
+                "name": f"{what} at 32 connections, gateway / direct req/s",
                 "value": f"{100 * ratio:.1f}%",
                 "budget": f">= {100 * MIN_THROUGHPUT_RATIO:.0f}%",
                 "ok": ratio >= MIN_THROUGHPUT_RATIO,
@@ -388,7 +400,7 @@ def versus(run: Run, compared: dict[str, dict[str, dict[str, float]]]) -> str:
     added = f"{c['added_p50_ms']:+.3f} ms p50, {c['added_p99_ms']:+.3f} ms p99"
     if run.scenario == "latency":
         return f"added {added}"
-    if run.scenario != "throughput":
+    if run.scenario not in THROUGHPUT_SCENARIOS:
         return f"{ratio}; {c['added_p50_ms']:+.3f} ms p50"
     return ratio
 
