@@ -168,3 +168,27 @@ def metadata(v: Any, name: str) -> dict[str, Any]:
         if len(key) > 64 or type(value) is not str or len(value) > 512:
             raise bad(f"{name}.{key}", "a string of at most 512 characters", value)
     return m
+
+
+TEXT_PARTS = ("text", "refusal")
+
+
+def first_media_part(messages: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """The first content part that is not text (an image, audio, a file): its path in the
+    request (`messages[1].content[0]`) and its type; None when the chat is text only."""
+    for i, message in enumerate(messages):
+        parts = message.get("content")
+        if type(parts) is not list:
+            continue
+        for j, part in enumerate(parts):
+            if part.get("type") not in TEXT_PARTS:
+                return f"messages[{i}].content[{j}]", part["type"]
+    return None
+
+
+def text_only(label: str, kind: str) -> str:
+    """What a caller hears when a target's model reads text only."""
+    return (
+        f"Target '{label}' serves a text-only model: it cannot take a content part of type "
+        f"'{kind}'."
+    )

@@ -19,6 +19,7 @@ from core.chat import ChatRequest
 from core.completions import CONTEXT, CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, ContextLengthExceeded, GatewayError, InvalidRequest
+from core.messages import first_media_part
 from core.provider import Adapter, Prepared, Target
 from core.responses import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 from core.wire import Json
@@ -302,6 +303,9 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         except ContextLengthExceeded as err:
             err.param = "messages"
             raise
+        except InvalidRequest as err:
+            _name_the_media(err, prepared.state.request)
+            raise
 
     async def _post_chat(self, prepared: Prepared[UpstreamChat], post: ChatPost[T]) -> T:
         plan = prepared.state
@@ -386,3 +390,15 @@ def _truncated_chat(plan: UpstreamChat, err: ContextLengthExceeded) -> bytes | N
         return None
     lowered = {k: room for k in ("max_tokens", "max_completion_tokens") if k in plan.body}
     return orjson.dumps({**plan.body, **lowered})
+
+
+# vLLM's server, refusing an image (or audio) part for a model that reads text only.
+NOT_MULTIMODAL = "is not a multimodal model"
+
+
+def _name_the_media(err: InvalidRequest, request: ChatRequest) -> None:
+    """An upstream's refusal of a media part names the part, when the upstream did not."""
+    if err.param is None and NOT_MULTIMODAL in err.message:
+        media = first_media_part(request.messages)
+        if media is not None:
+            err.param = media[0]

@@ -27,6 +27,7 @@ from core.chat import ChatRequest
 from core.completions import CONTEXT, CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import GatewayError, InvalidRequest, ServiceUnavailable, UpstreamTimeout
+from core.messages import first_media_part, text_only
 from core.provider import Adapter, Prepared, Target
 from core.responses import ChatChunk, ChatCompletion, Choice, Chunk, Completion, Embeddings
 from providers import vllm_checks
@@ -161,6 +162,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
             skip=CHAT_SELF_SET,
         )
         plan = chat.plan(applied.body, request, self.max_logprobs)
+        self._check_media(request, target)
         front = self.engine.chat if self.engine.ready() else None
         if front is not None:  # vLLM's own checks, before any work (else when it is sent)
             plan = replace(plan, vllm_request=front.request(plan.vllm_fields))
@@ -181,6 +183,16 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
             pooling.verified(applied.body, self.engine.llm.model_config)
         plan = EngineEmbedding(applied.body, request.encoding_format, request)
         return Prepared(target, applied.dropped, plan)
+
+    def _check_media(self, request: ChatRequest, target: Target) -> None:
+        """An image, audio or file part on a model that reads text only: a 400 naming the part
+        (known once the engine is up; until then vLLM's renderer refuses it when it is sent)."""
+        if not self.engine.ready() or self.engine.llm.model_config.is_multimodal_model:
+            return
+        media = first_media_part(request.messages)
+        if media is not None:
+            path, kind = media
+            raise InvalidRequest(text_only(target.label, kind), param=path)
 
     def _request_id(self) -> str:
         return f"{self._prefix}{next(self._count)}"

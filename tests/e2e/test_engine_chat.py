@@ -52,7 +52,15 @@ from tests.e2e.chat_vllm import (
     streamed,
     streamed_calls,
 )
-from tests.e2e.vllm_stack import METERED_KEY, METERED_TPM, MODEL, VIRTUAL_KEY, WINDOW, Stack
+from tests.e2e.vllm_stack import (
+    METERED_KEY,
+    METERED_TPM,
+    MODEL,
+    PATHS,
+    VIRTUAL_KEY,
+    WINDOW,
+    Stack,
+)
 from tests.vllm_proc import MODEL_DIR, require_vllm
 
 require_vllm()
@@ -653,3 +661,16 @@ def test_a_pooling_engine_refuses_chat_naming_the_model() -> None:
         provider.chat(request, Target(MODEL, "pool", "tiny"))
     assert caught.value.param == "model"
     assert "not chat completions" in caught.value.message
+
+
+def test_an_image_on_a_text_only_model_is_a_400_naming_the_part(vllm_stack: Stack) -> None:
+    parts: list[Any] = [
+        {"type": "text", "text": "What is in the picture?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+    ]
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": parts}]
+    for path in PATHS:
+        with vllm_stack.client(path) as client:
+            status, param, message = refusal(lambda: chat(client, messages=messages))
+        assert (status, param) == (400, "messages[1].content[1]")
+        assert "text-only" in message if path == "engine" else "not a multimodal" in message
