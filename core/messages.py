@@ -105,9 +105,14 @@ BY_ROLE: Mapping[str, Callable[[Mapping[str, Any], str], None]] = {
 }
 
 
+# A message that is only a role and its text needs no more checks (most messages are).
+PLAIN_ROLES = frozenset(("developer", "system", "user", "assistant"))
+_role = choice(*ROLES)
+
+
 def message(v: Any, name: str) -> None:
     m = obj(v, name)
-    role = choice(*ROLES)(_required(m, "role", name), f"{name}.role")
+    role = _role(_required(m, "role", name), f"{name}.role")
     if role != "function" and m.get("name") is not None:
         string(m["name"], f"{name}.name")
     BY_ROLE[role](m, name)
@@ -117,7 +122,9 @@ def messages(v: Any, name: str) -> list[Any]:
     if type(v) is not list or not v:
         raise bad(name, "a non-empty array of messages", v)
     for i, item in enumerate(v):
-        message(item, f"{name}[{i}]")
+        plain = type(item) is dict and len(item) == 2 and type(item.get("content")) is str
+        if not (plain and type(item.get("role")) is str and item["role"] in PLAIN_ROLES):
+            message(item, f"{name}[{i}]")
     return v
 
 

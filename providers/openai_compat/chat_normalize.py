@@ -215,25 +215,31 @@ class ChatStreamNormalizer:
         self._pending: str | None = None
 
     def feed(self, event: Mapping[str, Any]) -> list[ChatChunk]:
+        # Every event of every chat stream passes here: the common case goes straight through.
         if event.get("usage") is not None:
             self._usage = event["usage"]
         fingerprint = event.get("system_fingerprint")
-        if isinstance(fingerprint, str) and fingerprint != self._fingerprint:
-            self._fingerprint = self._pending = fingerprint
+        if fingerprint is not None and fingerprint != self._fingerprint:
+            self._fingerprint = self._pending = str(fingerprint)
         raw = event.get("choices")
-        if not raw or not isinstance(raw, list):
+        if not raw or type(raw) is not list:
             return []
-        deltas = [d for i, c in enumerate(raw) if (d := self._delta(c, i)) is not None]
+        deltas = []
+        for i, c in enumerate(raw):
+            d = self._delta(c, i)
+            if d is not None:
+                deltas.append(d)
         if not deltas:
             return []
         chunk: ChatChunk = {"choices": deltas}
-        if "prompt_token_ids" in self._shape.answer_extras:
+        shape = self._shape
+        if shape.answer_extras and "prompt_token_ids" in shape.answer_extras:
             _extras(event, chunk, ("prompt_token_ids",))
-        if self._shape.continuous_usage:
+        if shape.continuous_usage:
             so_far = usage(event.get("usage"))
             if so_far is not None:
                 chunk["usage"] = so_far
-        return [self._stamp(chunk)]
+        return [chunk if self._pending is None else self._stamp(chunk)]
 
     def end(self) -> list[ChatChunk]:
         out: list[ChatChunk] = []
@@ -271,7 +277,7 @@ class ChatStreamNormalizer:
             if held is None:
                 return None
             out = held
-        return out if _carries(out) else None
+        return out if out["delta"].get("content") or _carries(out) else None
 
     def _stamp(self, chunk: ChatChunk) -> ChatChunk:
         if self._pending is not None:

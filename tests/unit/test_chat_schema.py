@@ -202,3 +202,10 @@ def test_declaration_families() -> None:
         "stream_options.include_obfuscation",
         "stream_options.continuous_usage_stats",
     )
+
+
+@pytest.mark.parametrize("role", [["user"], {"r": 1}, 3, None])
+def test_a_role_of_another_type_is_a_400_naming_it(role: Any) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        validate_chat({"model": "m", "messages": [{"role": role, "content": "x"}]}, LIMITS)
+    assert exc.value.param == "messages[0].role"
