@@ -35,6 +35,7 @@ EXACT: dict[str, tuple[Handler, tuple[str, ...]]] = {
     "/v1/embeddings": (handlers.embeddings, POST),
     "/embeddings": (handlers.embeddings, POST),
     "/v1/models": (handlers.list_models, GET),
+    "/v1/files": (handlers.files, ("GET", "HEAD", "POST")),
     "/livez": (handlers.livez, GET),
     "/readyz": (handlers.readyz, GET),
     "/metrics": (handlers.metrics, GET),
@@ -42,6 +43,7 @@ EXACT: dict[str, tuple[Handler, tuple[str, ...]]] = {
 # Paths that carry a parameter after a prefix (a model id may contain slashes).
 PREFIXED: dict[str, tuple[Handler, tuple[str, ...]]] = {
     handlers.MODEL_PREFIX: (handlers.get_model, GET),
+    handlers.FILE_PREFIX: (handlers.file, ("GET", "HEAD", "DELETE")),
 }
 
 
@@ -70,7 +72,16 @@ class GatewayApp:
             echo.append((b"x-portkey-trace-id", trace.encode()))
         runtime: Runtime = self.state.runtime
         path: str = scope["path"]
-        inbound = Inbound(runtime, scope["method"], path, headers, rid, self.ids, receive)
+        inbound = Inbound(
+            runtime,
+            scope["method"],
+            path,
+            headers,
+            rid,
+            self.ids,
+            receive,
+            scope.get("query_string", b""),
+        )
         endpoint = self._exact.get(path) or self._route(path)
         runtime.inflight += 1
         try:

@@ -42,6 +42,7 @@ class Inbound:
     request_id: str
     ids: Ids  # for the ids of what it creates (completions)
     receive: Receive  # the body, then the caller's disconnect
+    query: bytes = b""  # the query string, as sent
 
 
 @dataclass(slots=True)

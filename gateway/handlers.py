@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from core.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, internal
+from gateway import files as files_api
 from gateway import service
 from gateway.auth import Principal
 from gateway.context import Inbound, Reply
@@ -127,6 +128,39 @@ async def get_model(inbound: Inbound, reply: Reply) -> None:
 
 def _model_card(alias: str, created: int) -> dict[str, object]:
     return {"id": alias, "object": "model", "created": created, "owned_by": "gateway"}
+
+
+# ---------------------------------------------------------------- files
+
+
+async def files(inbound: Inbound, reply: Reply) -> None:
+    """`/v1/files`: POST uploads one, GET lists the caller's."""
+    rt = inbound.runtime
+    principal = rt.auth.authenticate(inbound.headers)
+    if inbound.method == "POST":
+        await files_api.create(inbound, reply, principal, rt.files)
+    else:
+        await files_api.listing(inbound, reply, principal, rt.files)
+
+
+FILE_PREFIX = "/v1/files/"
+
+
+async def file(inbound: Inbound, reply: Reply) -> None:
+    """`/v1/files/{id}` (GET, DELETE) and `/v1/files/{id}/content` (GET)."""
+    rt = inbound.runtime
+    principal = rt.auth.authenticate(inbound.headers)
+    file_id, _, rest = inbound.path.removeprefix(FILE_PREFIX).partition("/")
+    if rest == "content":
+        if inbound.method == "DELETE":
+            raise MethodNotAllowed(f"Method {inbound.method} is not allowed here.")
+        await files_api.content(reply, principal, rt.files, file_id)
+    elif rest:
+        raise NotFound(f"Unknown path {inbound.method} {inbound.path[:200]}.")
+    elif inbound.method == "DELETE":
+        await files_api.delete(reply, principal, rt.files, file_id)
+    else:
+        await files_api.retrieve(reply, principal, rt.files, file_id)
 
 
 # ---------------------------------------------------------------- health

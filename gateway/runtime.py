@@ -16,6 +16,7 @@ from gateway.attempts import Attempts
 from gateway.auth import Authenticator
 from gateway.circuits import Board
 from gateway.config import Config, ProviderConfig
+from gateway.filestore import FileStore
 from gateway.metrics import Metrics
 from gateway.plans import Router
 from gateway.ratelimit import Limiter, RuleBook
@@ -40,6 +41,7 @@ class Runtime:
     metrics: Metrics
     circuits: Board
     attempts: Attempts
+    files: FileStore
     created: int = field(default_factory=lambda: int(time.time()))
     started: bool = False
     inflight: int = 0  # requests begun on this runtime and not over (GatewayApp counts them)
@@ -68,7 +70,10 @@ class Runtime:
         policy and targets last, when nothing can fail any more."""
         auth, router = Authenticator(config), Router(config)
         attempts = Attempts(circuits, metrics, router.pick, router.jitter)
-        runtime = cls(config, auth, router, dict(providers), limiter, metrics, circuits, attempts)
+        files = FileStore(config.files.store, config.files.max_bytes)
+        runtime = cls(
+            config, auth, router, dict(providers), limiter, metrics, circuits, attempts, files
+        )
         circuits.configure(config.circuits, _targets(config))
         return runtime
 

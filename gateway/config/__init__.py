@@ -55,6 +55,7 @@ __all__ = [
 DEV_KEY = "sk-local-dev"
 TOP_KEYS = (
     "server", "auth", "providers", "models", "configs", "circuit_breaker", "rate_limit", "metrics",
+    "files",
 )  # fmt: skip
 LIMIT_BACKENDS = ("memory", "redis")
 BACKEND_MODES = ("local", "open", "closed")
@@ -94,6 +95,14 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class FilesConfig:
+    """Where uploaded files live: a directory, or an object store URL (s3://, gs://, az://)."""
+
+    store: str = "./data/files"
+    max_bytes: int = 200 * 1024 * 1024  # per file (OpenAI's batch input limit)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     keys: tuple[KeyConfig, ...]
@@ -103,6 +112,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     circuits: CircuitPolicy = field(default_factory=CircuitPolicy)
     configs: Mapping[str, PortkeyConfig] = field(default_factory=dict)  # x-portkey-config: NAME
+    files: FilesConfig = field(default_factory=FilesConfig)
     source: str = ""
 
     def has_dev_key(self) -> bool:
@@ -140,6 +150,7 @@ def parse(text: str, source: str = "<config>") -> Config:
         metrics=_metrics(mapping(top.get("metrics", {}), "metrics")),
         circuits=_circuits(mapping(top.get("circuit_breaker", {}), "circuit_breaker")),
         configs=_configs(mapping(top.get("configs", {}), "configs"), providers),
+        files=_files(mapping(top.get("files", {}), "files")),
         source=source,
     )
 
@@ -312,3 +323,16 @@ def _circuits(c: Mapping[str, Any]) -> CircuitPolicy:
 def _metrics(m: Mapping[str, Any]) -> MetricsConfig:
     known(m, "metrics", ("enabled",))
     return MetricsConfig(enabled=boolean(m.get("enabled", True), "metrics.enabled"))
+
+
+STORE_SCHEMES = ("file", "s3", "gs", "az", "memory")
+
+
+def _files(f: Mapping[str, Any]) -> FilesConfig:
+    known(f, "files", ("store", "max_bytes"))
+    d = FilesConfig()
+    store = text(f.get("store", d.store), "files.store")
+    scheme = store.split("://", 1)[0] if "://" in store else None
+    if scheme is not None and scheme not in STORE_SCHEMES:
+        raise ConfigError("files.store", f"'{scheme}://' is not one of {', '.join(STORE_SCHEMES)}")
+    return FilesConfig(store, integer(f.get("max_bytes", d.max_bytes), "files.max_bytes", 1))

@@ -1,0 +1,174 @@
+"""Files without HTTP: the upload's fields and a listing's query as OpenAI checks them, the
+`files:` config block, the store (local directory) and the streaming multipart reader."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import (
+    ConfigError,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+)
+from core.files import ListQuery, list_query, upload
+from gateway import config
+from gateway.filestore import FileStore, file_object, owner_of
+from gateway.http import Message
+from gateway.uploads import Form, file_bytes, parser_for
+
+# ---------------------------------------------------------------- the requests
+
+
+def test_upload_fields() -> None:
+    assert upload({"purpose": "batch"}).expires_after is None
+    asked = upload(
+        {
+            "purpose": "user_data",
+            "expires_after[anchor]": "created_at",
+            "expires_after[seconds]": "7200",
+        }
+    )
+    assert (asked.purpose, asked.expires_after) == ("user_data", 7200)
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({}, "purpose"),
+        ({"purpose": "batch_output"}, "purpose"),
+        ({"purpose": "batch", "expires_after[seconds]": "7200"}, "expires_after.anchor"),
+        (
+            {
+                "purpose": "batch",
+                "expires_after[anchor]": "created_at",
+                "expires_after[seconds]": "x",
+            },
+            "expires_after.seconds",
+        ),
+        (
+            {
+                "purpose": "batch",
+                "expires_after[anchor]": "created_at",
+                "expires_after[seconds]": str(31 * 24 * 3600),
+            },
+            "expires_after.seconds",
+        ),
+    ],
+)
+def test_bad_upload_fields(fields: dict[str, str], param: str) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        upload(fields)
+    assert exc.value.param == param
+
+
+def test_list_query() -> None:
+    assert list_query({}) == ListQuery(None, 10_000, "desc", None)
+    assert list_query({"purpose": "batch", "limit": "5", "order": "asc", "after": "file-1"}) == (
+        ListQuery("batch", 5, "asc", "file-1")
+    )
+    for params, param in (({"limit": "0"}, "limit"), ({"order": "up"}, "order")):
+        with pytest.raises(InvalidRequest) as exc:
+            list_query(params)
+        assert exc.value.param == param
+
+
+def test_the_files_block() -> None:
+    base = "auth: {keys: []}\n"
+    assert config.parse(base).files == config.FilesConfig()
+    parsed = config.parse(base + "files: {store: s3://bucket/prefix, max_bytes: 1000}").files
+    assert (parsed.store, parsed.max_bytes) == ("s3://bucket/prefix", 1000)
+    for block, path in (
+        ("files: {store: ftp://x}", "files.store"),
+        ("files: {max_bytes: 0}", "files.max_bytes"),
+        ("files: {where: x}", "files"),
+    ):
+        with pytest.raises(ConfigError) as exc:
+            config.parse(base + block)
+        assert exc.value.path.startswith(path)
+
+
+# ---------------------------------------------------------------- the store
+
+
+async def pieces(*chunks: bytes) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+@pytest.mark.asyncio
+async def test_the_store(tmp_path: Path) -> None:
+    files = FileStore(str(tmp_path / "store"), max_bytes=10)
+    assert not (tmp_path / "store").exists()  # opened when first used
+    owner = owner_of("key-a")
+    file_id, size = await files.put(owner, pieces(b"abc", b"def"))
+    assert size == 6
+    made = file_object(file_id, size, "a.jsonl", "batch", None)
+    await files.describe(owner, made)
+    assert await files.get(owner, file_id) == made
+    assert b"".join([p async for p in await files.content(owner, file_id)]) == b"abcdef"
+    with pytest.raises(NotFound):
+        await files.get(owner_of("key-b"), file_id)
+    with pytest.raises(NotFound):
+        await files.get(owner, "../" + file_id)
+    with pytest.raises(PayloadTooLarge):
+        await files.put(owner, pieces(b"x" * 6, b"y" * 6))
+    assert len(list((tmp_path / "store").rglob("*.data"))) == 1  # the refused one is not kept
+    await files.delete(owner, file_id)
+    assert list((tmp_path / "store").rglob("*")) == [tmp_path / "store" / owner]
+    listed, more = await files.listing(owner, ListQuery(None, 10, "desc", None))
+    assert (listed, more) == ([], False)
+
+
+@pytest.mark.asyncio
+async def test_an_expired_file_is_gone(tmp_path: Path) -> None:
+    files = FileStore(str(tmp_path), max_bytes=10)
+    file_id, size = await files.put("o", pieces(b"a"))
+    made = file_object(file_id, size, "a", "batch", 3600)
+    await files.describe("o", {**made, "expires_at": made["created_at"] - 1})
+    with pytest.raises(NotFound):
+        await files.get("o", file_id)
+
+
+# ---------------------------------------------------------------- uploads
+
+
+def receiver(body: bytes, size: int) -> Any:
+    chunks = [body[i : i + size] for i in range(0, len(body), size)]
+
+    async def receive() -> Message:
+        chunk = chunks.pop(0)
+        return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+    return receive
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [1, 7, 10_000])
+async def test_a_form_read_as_it_comes(size: int) -> None:
+    content = b"line one\r\n--not the boundary\r\nline two\n" * 50
+    body = (
+        b'--XyZ\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n'
+        b"Content-Type: application/jsonl\r\n\r\n" + content + b"\r\n--XyZ--\r\n"
+    )
+    form = Form()
+    parser = parser_for("multipart/form-data; boundary=XyZ", form)
+    got = b"".join([c async for c in file_bytes(receiver(body, size), parser, form)])
+    assert got == content
+    assert (form.fields, form.filename, form.seen_file) == ({"purpose": "batch"}, "in.jsonl", True)
+
+
+@pytest.mark.asyncio
+async def test_a_store_that_cannot_be_made_is_a_503(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    files = FileStore(str(blocked / "store"), max_bytes=10)
+    with pytest.raises(ServiceUnavailable) as exc:
+        await files.put("o", pieces(b"a"))
+    assert "cannot be used" in exc.value.message
