@@ -1,0 +1,228 @@
+"""The Batch API's requests and its `batch` object, as OpenAI defines them: `POST /v1/batches`
+(an input file, the endpoint its lines call, the completion window, metadata), a listing's query,
+and the checks of an input file's lines, each failure naming its line as OpenAI's `errors.data[]`
+does. Whether a line's body is a valid request is the endpoint's to say when the line runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+import orjson
+
+from core.errors import InvalidRequest
+
+ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")
+WINDOWS = {"24h": 24 * 3600}
+MAX_LINES = 50_000
+MAX_METADATA_KEYS = 16  # OpenAI's: 16 pairs, keys up to 64 characters, values up to 512
+LIST_LIMIT = (1, 100)
+DEFAULT_LIST_LIMIT = 20
+STATUSES = (
+    "validating",
+    "failed",
+    "in_progress",
+    "finalizing",
+    "completed",
+    "expired",
+    "cancelling",
+    "cancelled",
+)
+
+
+class LineError(TypedDict):
+    """One entry of a batch's `errors.data`."""
+
+    code: str
+    message: str
+    param: str | None
+    line: int | None
+
+
+class RequestCounts(TypedDict):
+    total: int
+    completed: int
+    failed: int
+
+
+class BatchObject(TypedDict):
+    """OpenAI's `batch` object."""
+
+    id: str
+    object: str  # "batch"
+    endpoint: str
+    errors: dict[str, Any] | None  # {"object": "list", "data": [LineError, …]}
+    input_file_id: str
+    completion_window: str
+    status: str
+    output_file_id: str | None
+    error_file_id: str | None
+    created_at: int
+    in_progress_at: int | None
+    expires_at: int
+    finalizing_at: int | None
+    completed_at: int | None
+    failed_at: int | None
+    expired_at: int | None
+    cancelling_at: int | None
+    cancelled_at: int | None
+    request_counts: RequestCounts
+    metadata: dict[str, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateBatch:
+    input_file_id: str
+    endpoint: str
+    completion_window: str
+    metadata: dict[str, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One request of an input file, checked."""
+
+    number: int  # 1-based, as OpenAI counts lines
+    custom_id: str
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Checked:
+    """An input file's lines, or the errors that fail the batch."""
+
+    lines: list[Line] = field(default_factory=list)
+    errors: list[LineError] = field(default_factory=list)
+    model: str | None = None
+
+
+def create_batch(data: Any) -> CreateBatch:
+    if not isinstance(data, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    file_id = _required(data, "input_file_id")
+    endpoint = _required(data, "endpoint")
+    if endpoint not in ENDPOINTS:
+        raise _one_of("endpoint", endpoint, ENDPOINTS)
+    window = _required(data, "completion_window")
+    if window not in WINDOWS:
+        raise _one_of("completion_window", window, tuple(WINDOWS))
+    return CreateBatch(file_id, endpoint, window, _metadata(data.get("metadata")))
+
+
+def check_lines(raw_lines: Iterable[bytes], endpoint: str) -> Checked:
+    """An input file's lines as OpenAI checks them before running any: JSON objects, a
+    `custom_id` unique in the file, `method` POST, `url` the batch's endpoint, a `body` object,
+    one model for the whole file, at most MAX_LINES lines. Blank lines are skipped."""
+    checked = Checked()
+    seen: set[str] = set()
+    count = 0
+    for number, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        count += 1
+        if count > MAX_LINES:
+            checked.errors.append(
+                _error("too_many_lines", f"A batch may have at most {MAX_LINES} requests.", number)
+            )
+            break
+        line = _line(raw, number, endpoint, seen, checked)
+        if line is not None:
+            checked.lines.append(line)
+    if count == 0:
+        checked.errors.append(_error("empty_file", "The input file has no requests.", None))
+    return checked
+
+
+def _line(raw: bytes, number: int, endpoint: str, seen: set[str], checked: Checked) -> Line | None:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        checked.errors.append(
+            _error("invalid_json_line", "This line is not parseable as valid JSON.", number)
+        )
+        return None
+    problems = _problems(data, endpoint, seen, checked)
+    if problems:
+        for problem in problems:
+            problem["line"] = number
+        checked.errors.extend(problems)
+        return None
+    seen.add(data["custom_id"])
+    return Line(number, data["custom_id"], data["body"])
+
+
+def _problems(
+    data: Mapping[str, Any], endpoint: str, seen: set[str], checked: Checked
+) -> list[LineError]:
+    custom_id, body = data.get("custom_id"), data.get("body")
+    found: list[LineError] = []
+    if not isinstance(custom_id, str) or not custom_id:
+        found.append(_error("missing_required_parameter", "Each line needs a custom_id.", None))
+    elif custom_id in seen:
+        message = f"The custom_id '{custom_id[:64]}' is used by an earlier line."
+        found.append(_error("duplicate_custom_id", message, None, "custom_id"))
+    if data.get("method") != "POST":
+        found.append(_error("invalid_method", "The method must be POST.", None, "method"))
+    if data.get("url") != endpoint:
+        message = f"The url must be the batch's endpoint, {endpoint}."
+        found.append(_error("mismatched_endpoint", message, None, "url"))
+    if not isinstance(body, dict):
+        found.append(_error("invalid_body", "The body must be a JSON object.", None, "body"))
+    else:
+        found.extend(_one_model(body, checked))
+    return found
+
+
+def _one_model(body: Mapping[str, Any], checked: Checked) -> list[LineError]:
+    model = body.get("model")
+    if not isinstance(model, str):
+        return [_error("missing_required_parameter", "The body needs a model.", None, "body.model")]
+    if checked.model is None:
+        checked.model = model
+    elif model != checked.model:
+        message = (
+            f"All lines must use one model: this one asks for '{model[:64]}', an earlier one "
+            f"for '{checked.model[:64]}'."
+        )
+        return [_error("mismatched_model", message, None, "body.model")]
+    return []
+
+
+def _error(code: str, message: str, line: int | None, param: str | None = None) -> LineError:
+    return {"code": code, "message": message, "param": param, "line": line}
+
+
+def _required(data: Mapping[str, Any], name: str) -> str:
+    value = data.get(name)
+    if value is None:
+        raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
+    if not isinstance(value, str):
+        raise InvalidRequest(f"Invalid type for '{name}': expected a string.", param=name)
+    return value
+
+
+def _metadata(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > MAX_METADATA_KEYS:
+        raise InvalidRequest(
+            f"Invalid 'metadata': expected an object of at most {MAX_METADATA_KEYS} pairs.",
+            param="metadata",
+        )
+    for key, item in value.items():
+        if len(key) > 64 or not isinstance(item, str) or len(item) > 512:
+            raise InvalidRequest(
+                "Invalid 'metadata': keys of at most 64 characters, string values of at most 512.",
+                param=f"metadata.{key[:64]}",
+            )
+    return value
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> InvalidRequest:
+    listed = ", ".join(f"'{a}'" for a in allowed)
+    return InvalidRequest(
+        f"Invalid value for '{name}': expected one of {listed}, got '{value[:60]}'.", param=name
+    )
