@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import State
 
 from gateway import handlers
+from gateway.batches import Runner
 from gateway.config import Config
 from gateway.context import Ids, Inbound, Reply
 from gateway.handlers import Endpoint, Handler
@@ -36,6 +37,7 @@ EXACT: dict[str, tuple[Handler, tuple[str, ...]]] = {
     "/embeddings": (handlers.embeddings, POST),
     "/v1/models": (handlers.list_models, GET),
     "/v1/files": (handlers.files, ("GET", "HEAD", "POST")),
+    "/v1/batches": (handlers.batches, ("GET", "HEAD", "POST")),
     "/livez": (handlers.livez, GET),
     "/readyz": (handlers.readyz, GET),
     "/metrics": (handlers.metrics, GET),
@@ -44,6 +46,7 @@ EXACT: dict[str, tuple[Handler, tuple[str, ...]]] = {
 PREFIXED: dict[str, tuple[Handler, tuple[str, ...]]] = {
     handlers.MODEL_PREFIX: (handlers.get_model, GET),
     handlers.FILE_PREFIX: (handlers.file, ("GET", "HEAD", "DELETE")),
+    handlers.BATCH_PREFIX: (handlers.batch, ("GET", "HEAD", "POST")),
 }
 
 
@@ -135,6 +138,9 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await runtime.start()
+        runner = Runner(lambda: app.runtime) if serving_process else None
+        if runner is not None:
+            runner.start()
         reloader = Reloader(app, watch, build) if watch is not None else None
         if reloader is not None:
             reloader.start()
@@ -143,6 +149,8 @@ def create_app(
         try:
             yield
         finally:
+            if runner is not None:
+                await runner.stop()  # lines in flight run again at the next start
             if reloader is not None:
                 await reloader.stop()  # first: it closes what swapped-out runtimes left
             await app.runtime.aclose()

@@ -43,6 +43,10 @@ class Authenticator:
             (k.sha256, _principal(k)) for k in config.keys
         )
 
+    def principal(self, key_id: str) -> Principal | None:
+        """The configured key with this id (a batch runs as the key that created it)."""
+        return next((p for _, p in self._keys if p.key_id == key_id), None)
+
     def authenticate(self, headers: Mapping[str, str]) -> Principal:
         digest = hashlib.sha256(_presented_key(headers).encode()).digest()
         found: Principal | None = None

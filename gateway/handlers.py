@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from core.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, internal
+from gateway import batches as batches_api
 from gateway import files as files_api
 from gateway import service
 from gateway.auth import Principal
@@ -161,6 +162,38 @@ async def file(inbound: Inbound, reply: Reply) -> None:
         await files_api.delete(reply, principal, rt.files, file_id)
     else:
         await files_api.retrieve(reply, principal, rt.files, file_id)
+
+
+# ---------------------------------------------------------------- batches
+
+
+async def batches(inbound: Inbound, reply: Reply) -> None:
+    """`/v1/batches`: POST creates one, GET lists the caller's."""
+    rt = inbound.runtime
+    principal = rt.auth.authenticate(inbound.headers)
+    if inbound.method == "POST":
+        body = await read_body(inbound.headers, inbound.receive, rt.config.server.max_body_bytes)
+        await batches_api.create(inbound, reply, principal, body)
+    else:
+        await batches_api.listing(inbound, reply, principal)
+
+
+BATCH_PREFIX = "/v1/batches/"
+
+
+async def batch(inbound: Inbound, reply: Reply) -> None:
+    """`/v1/batches/{id}` (GET) and `/v1/batches/{id}/cancel` (POST)."""
+    principal = inbound.runtime.auth.authenticate(inbound.headers)
+    batch_id, _, rest = inbound.path.removeprefix(BATCH_PREFIX).partition("/")
+    wanted = {"": ("GET", "HEAD"), "cancel": ("POST",)}.get(rest)
+    if wanted is None:
+        raise NotFound(f"Unknown path {inbound.method} {inbound.path[:200]}.")
+    if inbound.method not in wanted:
+        raise MethodNotAllowed(f"Method {inbound.method} is not allowed here.")
+    if rest == "cancel":
+        await batches_api.cancel(inbound, reply, principal, batch_id)
+    else:
+        await batches_api.retrieve(inbound, reply, principal, batch_id)
 
 
 # ---------------------------------------------------------------- health

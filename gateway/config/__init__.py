@@ -55,7 +55,7 @@ __all__ = [
 DEV_KEY = "sk-local-dev"
 TOP_KEYS = (
     "server", "auth", "providers", "models", "configs", "circuit_breaker", "rate_limit", "metrics",
-    "files",
+    "files", "batches",
 )  # fmt: skip
 LIMIT_BACKENDS = ("memory", "redis")
 BACKEND_MODES = ("local", "open", "closed")
@@ -103,6 +103,14 @@ class FilesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchesConfig:
+    max_concurrency: int = 16  # lines in flight, all batches together
+    poll_s: float = 0.5  # how often the runner looks for batches with work left
+    window_s: int | None = None  # instead of the completion window's 24 h (tests, operators)
+    lease_s: float = 30.0  # a runner that stops renewing loses its batches to another after it
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     keys: tuple[KeyConfig, ...]
@@ -113,6 +121,7 @@ class Config:
     circuits: CircuitPolicy = field(default_factory=CircuitPolicy)
     configs: Mapping[str, PortkeyConfig] = field(default_factory=dict)  # x-portkey-config: NAME
     files: FilesConfig = field(default_factory=FilesConfig)
+    batches: BatchesConfig = field(default_factory=BatchesConfig)
     source: str = ""
 
     def has_dev_key(self) -> bool:
@@ -151,6 +160,7 @@ def parse(text: str, source: str = "<config>") -> Config:
         circuits=_circuits(mapping(top.get("circuit_breaker", {}), "circuit_breaker")),
         configs=_configs(mapping(top.get("configs", {}), "configs"), providers),
         files=_files(mapping(top.get("files", {}), "files")),
+        batches=_batches(mapping(top.get("batches", {}), "batches")),
         source=source,
     )
 
@@ -336,3 +346,17 @@ def _files(f: Mapping[str, Any]) -> FilesConfig:
     if scheme is not None and scheme not in STORE_SCHEMES:
         raise ConfigError("files.store", f"'{scheme}://' is not one of {', '.join(STORE_SCHEMES)}")
     return FilesConfig(store, integer(f.get("max_bytes", d.max_bytes), "files.max_bytes", 1))
+
+
+def _batches(b: Mapping[str, Any]) -> BatchesConfig:
+    known(b, "batches", BatchesConfig.__dataclass_fields__)
+    d = BatchesConfig()
+    window = b.get("window_s")
+    return BatchesConfig(
+        max_concurrency=integer(
+            b.get("max_concurrency", d.max_concurrency), "batches.max_concurrency", 1
+        ),
+        poll_s=number(b.get("poll_s", d.poll_s), "batches.poll_s"),
+        window_s=None if window is None else integer(window, "batches.window_s", 1),
+        lease_s=number(b.get("lease_s", d.lease_s), "batches.lease_s"),
+    )

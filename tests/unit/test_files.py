@@ -1,5 +1,6 @@
 """Files without HTTP: the upload's fields and a listing's query as OpenAI checks them, the
-`files:` config block, the store (local directory) and the streaming multipart reader."""
+`files:` and `batches:` config blocks, the store (local directory), the streaming multipart reader,
+and the batches' records, line answers, cancel markers and leases in the store."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from core.errors import (
 )
 from core.files import ListQuery, list_query, upload
 from gateway import config
+from gateway.batchstore import BatchStore
 from gateway.filestore import FileStore, file_object, owner_of
 from gateway.http import Message
 from gateway.uploads import Form, file_bytes, parser_for
@@ -172,3 +174,60 @@ async def test_a_store_that_cannot_be_made_is_a_503(tmp_path: Path) -> None:
     with pytest.raises(ServiceUnavailable) as exc:
         await files.put("o", pieces(b"a"))
     assert "cannot be used" in exc.value.message
+
+
+# ---------------------------------------------------------------- batches' records and leases
+
+
+def record(batch_id: str = "batch_0001") -> Any:
+    return {"batch": {"id": batch_id, "status": "in_progress"}, "key_id": "k", "owner": "o"}
+
+
+@pytest.mark.asyncio
+async def test_one_runner_holds_a_batch_until_its_lease_lapses(tmp_path: Path) -> None:
+    store = BatchStore(FileStore(str(tmp_path), max_bytes=10))
+    mine = record()
+    await store.save(mine)
+    assert await store.claim(mine, "a", ttl_s=60)
+    assert await store.claim(mine, "a", ttl_s=60)  # its own lease
+    assert not await store.claim(mine, "b", ttl_s=60)
+    assert not await store.renew(mine, "b", ttl_s=60)
+    assert await store.renew(mine, "a", ttl_s=-1)  # now lapsed
+    assert await store.claim(mine, "b", ttl_s=60)  # taken over
+    assert not await store.renew(mine, "a", ttl_s=60)
+    await store.release(mine, "a")  # not a's any more: stays
+    assert not await store.claim(mine, "c", ttl_s=60)
+    await store.release(mine, "b")
+    assert await store.claim(mine, "c", ttl_s=60)
+
+
+@pytest.mark.asyncio
+async def test_records_lines_and_cancel_markers(tmp_path: Path) -> None:
+    store = BatchStore(FileStore(str(tmp_path), max_bytes=10))
+    one, two = record("batch_0001"), record("batch_0002")
+    for r in (one, two):
+        await store.save(r)
+    assert sorted(r["batch"]["id"] for r in await store.records("o")) == [
+        "batch_0001",
+        "batch_0002",
+    ]
+    assert await store.load("o", "batch_0001") == one
+    assert await store.load("o", "../x") is None and await store.load("p", "batch_0001") is None
+    await store.put_line(one, 3, b"three")
+    await store.put_line(one, 1, b"one")
+    assert await store.finished(one) == {1, 3}
+    assert [n async for n, _ in store.answers(one)] == [1, 3]
+    assert await store.finished(two) == set()
+    assert await store.cancel_requested(one) is None
+    await store.request_cancel(one, 123)
+    assert await store.cancel_requested(one) == 123
+
+
+def test_the_batches_block() -> None:
+    base = "auth: {keys: []}\n"
+    assert config.parse(base).batches == config.BatchesConfig()
+    parsed = config.parse(base + "batches: {max_concurrency: 2, window_s: 60, lease_s: 5}").batches
+    assert (parsed.max_concurrency, parsed.window_s, parsed.lease_s) == (2, 60, 5)
+    with pytest.raises(ConfigError) as exc:
+        config.parse(base + "batches: {max_concurrency: 0}")
+    assert exc.value.path == "batches.max_concurrency"

@@ -1,0 +1,422 @@
+"""The Batch API and the runner that carries batches out.
+
+The API (`create`, `listing`, `retrieve`, `cancel`) only reads and writes batch records in the
+store (gateway.batchstore); the runner, one per serving process, finds the batches that have
+work left and runs them: the input file checked (`core.batches.check_lines`), each line served
+as the batch's key would be served live (the same service functions, routing, limits and
+providers as a request over HTTP), its answer stored as it comes, then the output and error
+files written. A line the gateway refuses goes to the error file; a rate limit makes the line
+wait, never fail it. A gateway started again finds its batches where they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+
+from core.batches import (
+    DEFAULT_LIST_LIMIT,
+    LIST_LIMIT,
+    WINDOWS,
+    BatchObject,
+    Line,
+    LineError,
+    check_lines,
+    create_batch,
+)
+from core.errors import GatewayError, InvalidRequest, NotFound, RateLimited, internal
+from core.files import BATCH_OUTPUT
+from core.wire import parse_json
+from gateway import service
+from gateway.auth import Principal
+from gateway.batchstore import ACTIVE, BatchStore, Record
+from gateway.context import Ids, Inbound, Reply
+from gateway.filestore import file_object, owner_of
+from gateway.http import JSON_HEADERS, Message
+from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
+from gateway.runtime import Runtime
+
+log = logging.getLogger("gateway.batches")
+Serve = Callable[[Inbound, Reply, RequestRecord, Principal, bytes], Awaitable[None]]
+SERVED: Mapping[str, tuple[Serve, str]] = {
+    "/v1/completions": (service.complete, OP_TEXT_COMPLETION),
+    "/v1/chat/completions": (service.chat, OP_CHAT),
+    "/v1/embeddings": (service.embed, OP_EMBEDDINGS),
+}
+RATE_LIMIT_WAIT_S = 1.0  # when a refusal does not say how long to wait
+RENEWALS = 6  # a lease is renewed this many times in its term
+
+# ---------------------------------------------------------------- the API
+
+
+async def create(inbound: Inbound, reply: Reply, principal: Principal, body: bytes) -> None:
+    rt = inbound.runtime
+    asked = create_batch(parse_json(body))
+    owner = owner_of(principal.key_id)
+    input_file = await rt.files.get(owner, asked.input_file_id)
+    if input_file["purpose"] != "batch":
+        raise InvalidRequest(
+            f"The file {asked.input_file_id} was uploaded for '{input_file['purpose']}', not "
+            "'batch'.",
+            param="input_file_id",
+        )
+    now = int(time.time())
+    window = rt.config.batches.window_s or WINDOWS[asked.completion_window]
+    batch: BatchObject = {
+        "id": f"batch_{time.time_ns():016x}{secrets.token_hex(4)}",
+        "object": "batch",
+        "endpoint": asked.endpoint,
+        "errors": None,
+        "input_file_id": asked.input_file_id,
+        "completion_window": asked.completion_window,
+        "status": "validating",
+        "output_file_id": None,
+        "error_file_id": None,
+        "created_at": now,
+        "in_progress_at": None,
+        "expires_at": now + window,
+        "finalizing_at": None,
+        "completed_at": None,
+        "failed_at": None,
+        "expired_at": None,
+        "cancelling_at": None,
+        "cancelled_at": None,
+        "request_counts": {"total": 0, "completed": 0, "failed": 0},
+        "metadata": asked.metadata,
+    }
+    await BatchStore(rt.files).save({"batch": batch, "key_id": principal.key_id, "owner": owner})
+    await reply.respond(200, orjson.dumps(batch), JSON_HEADERS)
+
+
+async def retrieve(inbound: Inbound, reply: Reply, principal: Principal, batch_id: str) -> None:
+    store = BatchStore(inbound.runtime.files)
+    record = await _owned(inbound.runtime, principal, batch_id)
+    await reply.respond(200, orjson.dumps(await shown(store, record)), JSON_HEADERS)
+
+
+async def listing(inbound: Inbound, reply: Reply, principal: Principal) -> None:
+    params = dict(parse_qsl(inbound.query.decode("latin-1")))
+    limit = params.get("limit", str(DEFAULT_LIST_LIMIT))
+    if not limit.isdigit() or not LIST_LIMIT[0] <= int(limit) <= LIST_LIMIT[1]:
+        raise InvalidRequest(
+            f"Invalid 'limit': expected an integer from {LIST_LIMIT[0]} to {LIST_LIMIT[1]}.",
+            param="limit",
+        )
+    store = BatchStore(inbound.runtime.files)
+    records = await store.records(owner_of(principal.key_id))
+    records.sort(key=lambda r: r["batch"]["id"], reverse=True)
+    after = params.get("after")
+    if after is not None:
+        ids = [r["batch"]["id"] for r in records]
+        records = records[ids.index(after) + 1 :] if after in ids else []
+    page = [await shown(store, r) for r in records[: int(limit)]]
+    body = {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(records) > len(page),
+    }
+    await reply.respond(200, orjson.dumps(body), JSON_HEADERS)
+
+
+async def cancel(inbound: Inbound, reply: Reply, principal: Principal, batch_id: str) -> None:
+    """The batch stops taking new lines (its runner sees it within a second); what is done is
+    kept, in the files it gets when it is cancelled."""
+    store = BatchStore(inbound.runtime.files)
+    record = await _owned(inbound.runtime, principal, batch_id)
+    if record["batch"]["status"] not in ACTIVE:
+        raise InvalidRequest(
+            f"The batch is {record['batch']['status']}: only a batch under way can be cancelled.",
+            param="batch_id",
+        )
+    if await store.cancel_requested(record) is None:
+        await store.request_cancel(record, _now())
+    await reply.respond(200, orjson.dumps(await shown(store, record)), JSON_HEADERS)
+
+
+async def shown(store: BatchStore, record: Record) -> BatchObject:
+    """The batch as a caller sees it: "cancelling" from the moment a cancel was asked for."""
+    batch = record["batch"]
+    if batch["status"] in ("validating", "in_progress", "finalizing"):
+        asked = await store.cancel_requested(record)
+        if asked is not None:
+            return {**batch, "status": "cancelling", "cancelling_at": asked}
+    return batch
+
+
+async def _owned(rt: Runtime, principal: Principal, batch_id: str) -> Record:
+    record = await BatchStore(rt.files).load(owner_of(principal.key_id), batch_id)
+    if record is None:
+        raise NotFound(f"No such Batch object: {batch_id[:100]}", param="batch_id")
+    return record
+
+
+# ---------------------------------------------------------------- the runner
+
+
+class Runner:
+    """Runs the batches that have work left, a bounded number of lines at a time across all of
+    them; `runtime()` is the runtime new work uses (a reload's swap applies to the next line)."""
+
+    def __init__(self, runtime: Callable[[], Runtime]) -> None:
+        self._runtime = runtime
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._ids = Ids()
+        self.holder = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._watch(), name="batches")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._running.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _watch(self) -> None:
+        while True:
+            rt = self._runtime()
+            with contextlib.suppress(Exception):  # a store that fails now may not later
+                await self._pick_up(rt)
+            await asyncio.sleep(rt.config.batches.poll_s)
+
+    async def _pick_up(self, rt: Runtime) -> None:
+        store = BatchStore(rt.files)
+        for record in await store.records():
+            batch_id = record["batch"]["id"]
+            if record["batch"]["status"] not in ACTIVE or batch_id in self._running:
+                continue
+            if await store.claim(record, self.holder, rt.config.batches.lease_s):
+                task = asyncio.create_task(self._run(record), name=f"batch {batch_id}")
+                self._running[batch_id] = task
+                task.add_done_callback(functools.partial(self._done, batch_id))
+
+    def _done(self, batch_id: str, _: asyncio.Task[None]) -> None:
+        self._running.pop(batch_id, None)
+
+    async def _run(self, record: Record) -> None:
+        store = BatchStore(self.runtime().files)
+        try:
+            await Run(self, record).carry_out()
+        except asyncio.CancelledError:
+            raise  # stopped with the process: the lease lapses, and the batch goes on later
+        except Exception:
+            log.exception("batch %s failed", record["batch"]["id"])
+        await store.release(record, self.holder)
+
+    def runtime(self) -> Runtime:
+        return self._runtime()
+
+    @property
+    def ids(self) -> Ids:
+        return self._ids
+
+    def next_id(self) -> str:
+        return self._ids.next()
+
+
+class Run:
+    """One batch carried out from where its record says it is."""
+
+    def __init__(self, runner: Runner, record: Record) -> None:
+        self.runner = runner
+        self.record = record
+        self.batch = record["batch"]
+        self.rt = runner.runtime()
+        self.store = BatchStore(self.rt.files)
+
+    async def carry_out(self) -> None:
+        lines = await self._lines()
+        if lines is None:
+            return
+        if self.batch["status"] == "in_progress":
+            await self._serve(lines)
+        await self._finish()
+
+    async def _lines(self) -> list[Line] | None:
+        """The input file's lines; a batch whose file fails the checks fails, naming them."""
+        owner = self.record["owner"]
+        pieces = await self.rt.files.content(owner, self.batch["input_file_id"])
+        checked = check_lines(await _lines_of(pieces), self.batch["endpoint"])
+        if self.batch["status"] == "validating":
+            if checked.errors:
+                await self._failed(checked.errors)
+                return None
+            self.batch["status"], self.batch["in_progress_at"] = "in_progress", _now()
+            self.batch["request_counts"]["total"] = len(checked.lines)
+            await self.store.save(self.record)
+        return checked.lines
+
+    async def _serve(self, lines: list[Line]) -> None:
+        done = await self.store.finished(self.record)
+        todo = [line for line in lines if line.number not in done]
+        limit = asyncio.Semaphore(self.rt.config.batches.max_concurrency)
+        stop = asyncio.Event()
+        watch = asyncio.create_task(self._watch_status(stop))
+        try:
+            await asyncio.gather(*(self._line(line, limit, stop) for line in todo))
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+
+    async def _line(self, line: Line, limit: asyncio.Semaphore, stop: asyncio.Event) -> None:
+        async with limit:
+            if stop.is_set():
+                return
+            status, body = await self._answer(line)
+            answer = {
+                "id": f"batch_req_{self.runner.next_id()}",
+                "custom_id": line.custom_id,
+                "response": {"status_code": status, "request_id": "", "body": body},
+                "error": None,
+            }
+            await self.store.put_line(self.record, line.number, orjson.dumps(answer))
+            counts = self.batch["request_counts"]
+            counts["completed" if status == 200 else "failed"] += 1
+
+    async def _answer(self, line: Line) -> tuple[int, Any]:
+        """The line served as its key's live request would be: its status and JSON body. A rate
+        limit makes it wait and try again."""
+        serve, operation = SERVED[self.batch["endpoint"]]
+        if line.body.get("stream"):
+            refused = InvalidRequest("A batch's requests cannot stream.", param="stream")
+            return refused.status, refused.body()
+        while True:
+            rt = self.runner.runtime()
+            principal = rt.auth.principal(self.record["key_id"])
+            if principal is None:
+                gone = NotFound("The batch's API key is no longer configured.", param="key")
+                return gone.status, gone.body()
+            captured = _Captured()
+            reply = Reply(captured.send)
+            inbound = Inbound(
+                rt, "POST", self.batch["endpoint"], {}, "batch", self.runner.ids, _never
+            )
+            record = RequestRecord(time.perf_counter(), operation=operation)
+            try:
+                await serve(inbound, reply, record, principal, orjson.dumps(line.body))
+            except RateLimited as limited:
+                await asyncio.sleep(_wait_s(limited))
+                continue
+            except GatewayError as err:
+                await reply.error(err)
+            except Exception as exc:
+                log.exception("batch line %s failed", line.number)
+                await reply.error(internal(exc))
+            return captured.status, orjson.loads(captured.body or b"null")
+
+    async def _watch_status(self, stop: asyncio.Event) -> None:
+        """Every quarter second: the counts so far saved, and a cancel or the window's end
+        stops new lines."""
+        saved = dict(self.batch["request_counts"])
+        renewed = time.monotonic()
+        lease = self.rt.config.batches.lease_s
+        while not stop.is_set():
+            await asyncio.sleep(0.25)
+            if time.monotonic() - renewed >= lease / RENEWALS:
+                renewed = time.monotonic()
+                if not await self.store.renew(self.record, self.runner.holder, lease):
+                    raise asyncio.CancelledError  # another runner has it now
+            asked = await self.store.cancel_requested(self.record)
+            if asked is not None:
+                self.batch["status"], self.batch["cancelling_at"] = "cancelling", asked
+                stop.set()
+            elif time.time() >= self.batch["expires_at"]:
+                stop.set()
+            if self.batch["request_counts"] != saved or stop.is_set():
+                saved = dict(self.batch["request_counts"])
+                await self.store.save(self.record)
+
+    async def _finish(self) -> None:
+        """The output and error files from the stored answers, then the batch's last status:
+        completed, cancelled, or expired when its window ended first."""
+        status = self.batch["status"]
+        expired = status == "in_progress" and time.time() >= self.batch["expires_at"]
+        if status == "in_progress" and not expired:
+            self.batch["status"], self.batch["finalizing_at"] = "finalizing", _now()
+            await self.store.save(self.record)
+        output, errors = await self._files()
+        self.batch["output_file_id"], self.batch["error_file_id"] = output, errors
+        final = "expired" if expired else "cancelled" if status == "cancelling" else "completed"
+        self.batch["status"] = final
+        self.batch[f"{final}_at"] = _now()  # type: ignore[literal-required]  # a *_at field
+        await self.store.save(self.record)
+
+    async def _files(self) -> tuple[str | None, str | None]:
+        ok: list[bytes] = []
+        failed: list[bytes] = []
+        completed = failed_count = 0
+        async for _, answer in self.store.answers(self.record):
+            status = orjson.loads(answer)["response"]["status_code"]
+            (ok if status == 200 else failed).append(answer + b"\n")
+            completed, failed_count = completed + (status == 200), failed_count + (status != 200)
+        counts = self.batch["request_counts"]
+        counts["completed"], counts["failed"] = completed, failed_count
+        return await self._file(ok, "output"), await self._file(failed, "error")
+
+    async def _file(self, lines: list[bytes], kind: str) -> str | None:
+        if not lines:
+            return None
+        owner = self.record["owner"]
+        file_id, size = await self.rt.files.put(owner, _chunks(lines))
+        name = f"{self.batch['id']}_{kind}.jsonl"
+        await self.rt.files.describe(owner, file_object(file_id, size, name, BATCH_OUTPUT, None))
+        return file_id
+
+    async def _failed(self, errors: list[LineError]) -> None:
+        self.batch["status"], self.batch["failed_at"] = "failed", _now()
+        self.batch["errors"] = {"object": "list", "data": errors}
+        await self.store.save(self.record)
+
+
+class _Captured:
+    """A reply's bytes, kept instead of sent."""
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.body = b""
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        elif message["type"] == "http.response.body":
+            self.body += message.get("body", b"")
+
+
+async def _never() -> Message:
+    """A batch line's caller never leaves."""
+    await asyncio.Event().wait()
+    return {"type": "http.disconnect"}
+
+
+async def _lines_of(pieces: AsyncIterator[bytes]) -> list[bytes]:
+    data = b"".join([piece async for piece in pieces])
+    return data.split(b"\n")
+
+
+async def _chunks(lines: list[bytes]) -> AsyncIterator[bytes]:
+    for line in lines:
+        yield line
+
+
+def _wait_s(limited: RateLimited) -> float:
+    raw = limited.headers.get("retry-after")
+    return float(raw) if raw and raw.replace(".", "", 1).isdigit() else RATE_LIMIT_WAIT_S
+
+
+def _now() -> int:
+    return int(time.time())

@@ -1,0 +1,151 @@
+"""Where batches live, in the file store's object store: each batch's record
+(`batches/<owner>/<id>.json`: its `batch` object and the key it runs for) and each finished
+line's answer (`batches/<owner>/<id>/<line>.json`), written as it happens, so that a gateway
+started again goes on where it was and runs no finished line twice."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any, TypedDict
+
+import obstore
+import orjson
+from obstore.exceptions import AlreadyExistsError
+
+from core.batches import BatchObject
+from gateway.filestore import FileStore
+
+ROOT = "batches"
+ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
+
+
+class Record(TypedDict):
+    batch: BatchObject
+    key_id: str  # the key it was created with: its lines run as that key's requests
+    owner: str
+
+
+class BatchStore:
+    def __init__(self, files: FileStore) -> None:
+        self.files = files
+
+    async def save(self, record: Record) -> None:
+        path = f"{ROOT}/{record['owner']}/{record['batch']['id']}.json"
+        await obstore.put_async(self.files.store, path, orjson.dumps(record))
+
+    async def load(self, owner: str, batch_id: str) -> Record | None:
+        if not batch_id.removeprefix("batch_").isalnum():
+            return None
+        try:
+            found = await obstore.get_async(self.files.store, f"{ROOT}/{owner}/{batch_id}.json")
+        except FileNotFoundError:
+            return None
+        record: Record = orjson.loads(bytes(await found.bytes_async()))
+        return record
+
+    async def records(self, owner: str | None = None) -> list[Record]:
+        """The batches of one owner, or of all."""
+        prefix = f"{ROOT}/{owner}/" if owner else f"{ROOT}/"
+        out: list[Record] = []
+        async for batch in obstore.list(self.files.store, prefix=prefix):
+            for meta in batch:
+                path = meta["path"]
+                if path.endswith(".json") and path.count("/") == 2:
+                    found = await obstore.get_async(self.files.store, path)
+                    out.append(orjson.loads(bytes(await found.bytes_async())))
+        return out
+
+    async def claim(self, record: Record, holder: str, ttl_s: float) -> bool:
+        """Take the batch's lease, unless another holder's is still good: exactly one runner
+        (of one process, of one replica) runs a batch; a lease not renewed lapses, and another
+        runner takes the batch over."""
+        path = self._lease(record)
+        lease = orjson.dumps({"holder": holder, "until": time.time() + ttl_s})
+        for _ in range(2):
+            try:
+                await obstore.put_async(self.files.store, path, lease, mode="create")
+                return True
+            except AlreadyExistsError:
+                held = await self._held(path)
+                if held is not None and (held["holder"] == holder or held["until"] > time.time()):
+                    return bool(held["holder"] == holder)
+                with contextlib.suppress(FileNotFoundError):
+                    await obstore.delete_async(self.files.store, path)  # lapsed: take it
+        return False
+
+    async def renew(self, record: Record, holder: str, ttl_s: float) -> bool:
+        """Keep the lease; False if another runner holds it now."""
+        held = await self._held(self._lease(record))
+        if held is None or held["holder"] != holder:
+            return False
+        lease = orjson.dumps({"holder": holder, "until": time.time() + ttl_s})
+        await obstore.put_async(self.files.store, self._lease(record), lease)
+        return True
+
+    async def release(self, record: Record, holder: str) -> None:
+        held = await self._held(self._lease(record))
+        if held is not None and held["holder"] == holder:
+            with contextlib.suppress(FileNotFoundError):
+                await obstore.delete_async(self.files.store, self._lease(record))
+
+    async def _held(self, path: str) -> dict[str, Any] | None:
+        try:
+            found = await obstore.get_async(self.files.store, path)
+        except FileNotFoundError:
+            return None
+        held: dict[str, Any] = orjson.loads(bytes(await found.bytes_async()))
+        return held
+
+    async def request_cancel(self, record: Record, at: int) -> None:
+        """A cancel is a marker of its own: while a batch runs, only its runner writes its
+        record, so no write of the API's can be lost under one of the runner's."""
+        await obstore.put_async(self.files.store, self._marker(record), str(at).encode())
+
+    async def cancel_requested(self, record: Record) -> int | None:
+        """When a cancel was asked for, if it was."""
+        try:
+            found = await obstore.get_async(self.files.store, self._marker(record))
+        except FileNotFoundError:
+            return None
+        return int(bytes(await found.bytes_async()))
+
+    async def put_line(self, record: Record, number: int, answer: bytes) -> None:
+        path = f"{self._lines(record)}{number:06d}.json"
+        await obstore.put_async(self.files.store, path, answer)
+
+    async def finished(self, record: Record) -> set[int]:
+        """The lines whose answers are stored."""
+        done: set[int] = set()
+        async for batch in obstore.list(self.files.store, prefix=self._lines(record)):
+            for meta in batch:
+                done.add(int(meta["path"].rsplit("/", 1)[1].removesuffix(".json")))
+        return done
+
+    async def answers(self, record: Record) -> AsyncIterator[tuple[int, bytes]]:
+        """The stored answers, in line order."""
+        for number in sorted(await self.finished(record)):
+            found = await obstore.get_async(
+                self.files.store, f"{self._lines(record)}{number:06d}.json"
+            )
+            yield number, bytes(await found.bytes_async())
+
+    async def forget_lines(self, record: Record) -> None:
+        for number in await self.finished(record):
+            with contextlib.suppress(FileNotFoundError):
+                await obstore.delete_async(
+                    self.files.store, f"{self._lines(record)}{number:06d}.json"
+                )
+
+    @staticmethod
+    def _lease(record: Record) -> str:
+        return f"{ROOT}/{record['owner']}/{record['batch']['id']}.lease"
+
+    @staticmethod
+    def _marker(record: Record) -> str:
+        return f"{ROOT}/{record['owner']}/{record['batch']['id']}.cancel"
+
+    @staticmethod
+    def _lines(record: Record) -> str:
+        return f"{ROOT}/{record['owner']}/{record['batch']['id']}/"

@@ -1,0 +1,267 @@
+"""The Batch API with the openai SDK, on a gateway of its own in front of the scripted OpenAI:
+a file of requests uploaded, a batch created, run by the gateway through its own pipeline, and
+its output and error files read back; validation failures naming the line, cancel, the window's
+end, and ownership."""
+
+from __future__ import annotations
+
+import io
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import orjson
+import pytest
+from openai.types import Batch
+
+from tests.e2e.support import OPENAI_MODEL, scripted_providers
+from tests.gateway_proc import GatewayProcess
+from tests.upstreams.fakegen import expected_text
+from tests.upstreams.procs import ScriptedUpstream
+
+KEY, OTHER = "sk-batches-one", "sk-batches-two"
+DEADLINE_S = 30.0
+WINDOW_S = 3
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    scripted_openai_server: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    workdir = tmp_path_factory.mktemp("batches")
+    providers = orjson.dumps(scripted_providers(scripted_openai_server.url, "http://127.0.0.1:9"))
+    config = f"""
+auth:
+  keys:
+    - {{id: one, key: {KEY}, models: ["*"]}}
+    - {{id: two, key: {OTHER}, models: ["*"]}}
+providers: {providers.decode()}
+models:
+  oa: {{targets: [{{provider: oai, model: {OPENAI_MODEL}}}]}}
+files: {{store: "{workdir / "store"}"}}
+batches: {{max_concurrency: 4, poll_s: 0.05}}
+"""
+    with GatewayProcess(config, workdir) as gw:
+        yield gw
+
+
+@pytest.fixture
+def sdk(
+    gateway: GatewayProcess, scripted_openai_server: ScriptedUpstream
+) -> Iterator[openai.OpenAI]:
+    scripted_openai_server.reset()
+    with openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=0) as client:
+        yield client
+
+
+def requests(n: int, url: str = "/v1/completions", **body: Any) -> bytes:
+    lines = [
+        {
+            "custom_id": f"req-{i}",
+            "method": "POST",
+            "url": url,
+            "body": {"model": "oa", "prompt": f"Say {i}", "max_tokens": 3, **body},
+        }
+        for i in range(n)
+    ]
+    return b"\n".join(orjson.dumps(line) for line in lines) + b"\n"
+
+
+def until(client: openai.OpenAI, batch_id: str, done: Callable[[Batch], bool]) -> Batch:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if done(batch):
+            return batch
+        time.sleep(0.05)
+    raise AssertionError(f"batch {batch_id} still {batch.status}")
+
+
+def _completed(batch: Batch) -> int:
+    return batch.request_counts.completed if batch.request_counts is not None else 0
+
+
+def _completed(batch: Batch) -> int:
+    return batch.request_counts.completed if batch.request_counts is not None else 0
+
+
+def finished(batch: Batch) -> bool:
+    return batch.status in ("completed", "failed", "cancelled", "expired")
+
+
+def start(client: openai.OpenAI, content: bytes, endpoint: str = "/v1/completions") -> Batch:
+    made = client.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
+    return client.batches.create(
+        input_file_id=made.id,
+        endpoint=endpoint,  # type: ignore[arg-type]
+        completion_window="24h",
+        metadata={"team": "evals"},
+    )
+
+
+def lines_of(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
+    assert file_id is not None
+    return [orjson.loads(x) for x in client.files.content(file_id).read().splitlines()]
+
+
+def test_a_batch_runs_through_the_pipeline(sdk: openai.OpenAI) -> None:
+    batch = start(sdk, requests(12) + requests(1, temperature=5).replace(b"req-0", b"bad-0"))
+    assert batch.status == "validating" and batch.metadata == {"team": "evals"}
+    done = until(sdk, batch.id, finished)
+    assert done.status == "completed"
+    assert done.request_counts is not None
+    assert (done.request_counts.total, done.request_counts.completed) == (13, 12)
+    assert done.request_counts.failed == 1
+    assert done.in_progress_at and done.finalizing_at and done.completed_at
+    out = lines_of(sdk, done.output_file_id)
+    assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(12))
+    for x in out:
+        i = int(x["custom_id"].removeprefix("req-"))
+        assert x["response"]["status_code"] == 200 and x["error"] is None
+        body = x["response"]["body"]
+        assert body["model"] == "oa" and body["object"] == "text_completion"
+        assert body["choices"][0]["text"] == expected_text(f"Say {i}", 0, 3)
+    errors = lines_of(sdk, done.error_file_id)
+    assert [(x["custom_id"], x["response"]["status_code"]) for x in errors] == [("bad-0", 400)]
+    assert errors[0]["response"]["body"]["error"]["param"] == "temperature"
+    files = {f.id: f for f in sdk.files.list()}
+    assert files[done.output_file_id].purpose == "batch_output"  # type: ignore[index]
+
+
+def test_chat_batches(sdk: openai.OpenAI) -> None:
+    lines = [
+        {
+            "custom_id": f"c{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "oa", "messages": [{"role": "user", "content": f"Hi {i}"}]},
+        }
+        for i in range(3)
+    ]
+    content = b"\n".join(orjson.dumps(x) for x in lines)
+    done = until(sdk, start(sdk, content, "/v1/chat/completions").id, finished)
+    assert done.status == "completed"
+    out = lines_of(sdk, done.output_file_id)
+    assert {x["response"]["body"]["object"] for x in out} == {"chat.completion"}
+
+
+def test_a_bad_file_fails_the_batch_naming_the_line(sdk: openai.OpenAI) -> None:
+    content = requests(2) + b"{oops\n" + requests(1, url="/v1/embeddings").replace(b"req-0", b"x")
+    done = until(sdk, start(sdk, content).id, finished)
+    assert done.status == "failed" and done.failed_at
+    assert done.errors is not None and done.errors.data is not None
+    assert [(e.code, e.line, e.param) for e in done.errors.data] == [
+        ("invalid_json_line", 3, None),
+        ("mismatched_endpoint", 4, "url"),
+    ]
+    assert done.output_file_id is None
+
+
+def test_cancel_keeps_what_is_done(
+    sdk: openai.OpenAI, scripted_openai_server: ScriptedUpstream
+) -> None:
+    scripted_openai_server.script({"delay_ms": 300, "times": -1})
+    batch = start(sdk, requests(40))
+    until(sdk, batch.id, lambda b: _completed(b) > 0)
+    cancelling = sdk.batches.cancel(batch.id)
+    assert cancelling.status == "cancelling" and cancelling.cancelling_at
+    done = until(sdk, batch.id, finished)
+    assert done.status == "cancelled" and done.cancelled_at
+    assert done.request_counts is not None and 0 < done.request_counts.completed < 40
+    out = lines_of(sdk, done.output_file_id)
+    assert len(out) == done.request_counts.completed
+    assert len({x["custom_id"] for x in out}) == len(out)
+    with pytest.raises(openai.BadRequestError):
+        sdk.batches.cancel(batch.id)
+
+
+def test_batches_belong_to_their_key(gateway: GatewayProcess, sdk: openai.OpenAI) -> None:
+    batch = start(sdk, requests(1))
+    with openai.OpenAI(base_url=gateway.url + "/v1", api_key=OTHER, max_retries=0) as other:
+        with pytest.raises(openai.NotFoundError):
+            other.batches.retrieve(batch.id)
+        assert [b.id for b in other.batches.list()] == []
+        with pytest.raises(openai.NotFoundError):  # the input file is the first key's
+            other.batches.create(
+                input_file_id=batch.input_file_id,
+                endpoint="/v1/completions",
+                completion_window="24h",
+            )
+    assert batch.id in [b.id for b in sdk.batches.list()]
+    until(sdk, batch.id, finished)
+
+
+@pytest.mark.parametrize(
+    ("over", "param"),
+    [
+        ({"endpoint": "/v1/images"}, "endpoint"),
+        ({"completion_window": "1h"}, "completion_window"),
+        ({"input_file_id": "file-0000"}, "id"),
+    ],
+)
+def test_bad_batches_are_400s_naming_the_field(
+    sdk: openai.OpenAI, over: dict[str, Any], param: str
+) -> None:
+    made = sdk.files.create(file=("in.jsonl", io.BytesIO(requests(1))), purpose="batch")
+    body = {"input_file_id": made.id, "endpoint": "/v1/completions", "completion_window": "24h"}
+    with pytest.raises(openai.APIStatusError) as caught:
+        sdk.post("/batches", body={**body, **over}, cast_to=Batch)
+    assert caught.value.status_code in (400, 404)
+    assert caught.value.body["param"] == param  # type: ignore[index]
+
+
+def test_a_gateway_killed_mid_batch_goes_on_where_it_was(
+    gateway: GatewayProcess, scripted_openai_server: ScriptedUpstream, tmp_path: Any
+) -> None:
+    """SIGKILL during a batch, then a gateway started again on the same store: the batch
+    completes, no finished line ran twice (at most those in flight at the kill ran again), and
+    the output holds each custom_id once."""
+    scripted_openai_server.reset()
+    scripted_openai_server.script({"delay_ms": 100, "times": -1})
+    store = str(gateway.config.parent / "store")
+    config = (
+        gateway.config.read_text()
+        .replace(store, str(tmp_path / "store"))  # a store of its own: no other runner on it
+        .replace("poll_s: 0.05}", "poll_s: 0.05, lease_s: 1}")
+    )
+    first = GatewayProcess(config, tmp_path)
+    with openai.OpenAI(base_url=first.url + "/v1", api_key=KEY, max_retries=0) as client:
+        batch = start(client, requests(40))
+        until(client, batch.id, lambda b: _completed(b) >= 8)
+    first.send_signal(signal.SIGKILL)
+    first.stop()
+    with (
+        GatewayProcess(config, tmp_path) as again,
+        openai.OpenAI(base_url=again.url + "/v1", api_key=KEY, max_retries=0) as client,
+    ):
+        done = until(client, batch.id, finished)
+        assert done.status == "completed"
+        out = lines_of(client, done.output_file_id)
+    assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(40))
+    sent = len(scripted_openai_server.requests())
+    assert 40 <= sent <= 40 + 4  # max_concurrency: the lines in flight at the kill
+
+
+def test_the_window_s_end_expires_the_batch_with_what_is_done(
+    gateway: GatewayProcess, scripted_openai_server: ScriptedUpstream, tmp_path: Any
+) -> None:
+    scripted_openai_server.reset()
+    scripted_openai_server.script({"delay_ms": 200, "times": -1})
+    store = str(gateway.config.parent / "store")
+    config = (
+        gateway.config.read_text()
+        .replace(store, str(tmp_path / "store"))
+        .replace("poll_s: 0.05}", "poll_s: 0.05, window_s: 1}")
+    )
+    with (
+        GatewayProcess(config, tmp_path) as short,
+        openai.OpenAI(base_url=short.url + "/v1", api_key=KEY, max_retries=0) as client,
+    ):
+        batch = start(client, requests(40))
+        assert batch.expires_at == batch.created_at + 1
+        done = until(client, batch.id, finished)
+        assert done.status == "expired" and done.expired_at
+        assert done.request_counts is not None and 0 < done.request_counts.completed < 40
+        assert len(lines_of(client, done.output_file_id)) == done.request_counts.completed
