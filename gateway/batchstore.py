@@ -47,6 +47,8 @@ class BatchStore:
 
     async def records(self, owner: str | None = None) -> list[Record]:
         """The batches of one owner, or of all."""
+        if not self.files.present():
+            return []
         prefix = f"{ROOT}/{owner}/" if owner else f"{ROOT}/"
         out: list[Record] = []
         async for batch in obstore.list(self.files.store, prefix=prefix):

@@ -59,6 +59,11 @@ class FileStore:
         self.max_bytes = max_bytes
         self._store: ObjectStore | None = None
 
+    def present(self) -> bool:
+        """Whether anything can be stored here yet: a local directory that was never made holds
+        nothing (looking must not make it)."""
+        return self._store is not None or "://" in self.location or Path(self.location).exists()
+
     @property
     def store(self) -> ObjectStore:
         if self._store is None:

@@ -231,3 +231,10 @@ def test_the_batches_block() -> None:
     with pytest.raises(ConfigError) as exc:
         config.parse(base + "batches: {max_concurrency: 0}")
     assert exc.value.path == "batches.max_concurrency"
+
+
+@pytest.mark.asyncio
+async def test_looking_for_batches_makes_no_directory(tmp_path: Path) -> None:
+    store = BatchStore(FileStore(str(tmp_path / "never"), max_bytes=10))
+    assert await store.records() == []
+    assert not (tmp_path / "never").exists()
