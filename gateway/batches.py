@@ -64,7 +64,11 @@ async def create(inbound: Inbound, reply: Reply, principal: Principal, body: byt
     rt = inbound.runtime
     asked = create_batch(parse_json(body))
     owner = owner_of(principal.key_id)
-    input_file = await rt.files.get(owner, asked.input_file_id)
+    try:
+        input_file = await rt.files.get(owner, asked.input_file_id)
+    except NotFound as missing:
+        missing.param = "input_file_id"
+        raise
     if input_file["purpose"] != "batch":
         raise InvalidRequest(
             f"The file {asked.input_file_id} was uploaded for '{input_file['purpose']}', not "
@@ -195,7 +199,7 @@ class Runner:
 
     async def _pick_up(self, rt: Runtime) -> None:
         store = BatchStore(rt.files)
-        for record in await store.records():
+        for record in await store.under_way():
             batch_id = record["batch"]["id"]
             if record["batch"]["status"] not in ACTIVE or batch_id in self._running:
                 continue
@@ -237,6 +241,7 @@ class Run:
         self.batch = record["batch"]
         self.rt = runner.runtime()
         self.store = BatchStore(self.rt.files)
+        self.lost = False  # another runner took the batch over (this one stalled past its lease)
 
     async def carry_out(self) -> None:
         lines = await self._lines()
@@ -244,7 +249,8 @@ class Run:
             return
         if self.batch["status"] == "in_progress":
             await self._serve(lines)
-        await self._finish()
+        if not self.lost:
+            await self._finish()
 
     async def _lines(self) -> list[Line] | None:
         """The input file's lines; a batch whose file fails the checks fails, naming them."""
@@ -277,18 +283,19 @@ class Run:
         async with limit:
             if stop.is_set():
                 return
-            status, body = await self._answer(line)
+            request_id = f"req_{self.runner.next_id()}"
+            status, body = await self._answer(line, request_id)
             answer = {
                 "id": f"batch_req_{self.runner.next_id()}",
                 "custom_id": line.custom_id,
-                "response": {"status_code": status, "request_id": "", "body": body},
+                "response": {"status_code": status, "request_id": request_id, "body": body},
                 "error": None,
             }
             await self.store.put_line(self.record, line.number, orjson.dumps(answer))
             counts = self.batch["request_counts"]
             counts["completed" if status == 200 else "failed"] += 1
 
-    async def _answer(self, line: Line) -> tuple[int, Any]:
+    async def _answer(self, line: Line, request_id: str) -> tuple[int, Any]:
         """The line served as its key's live request would be: its status and JSON body. A rate
         limit makes it wait and try again."""
         serve, operation = SERVED[self.batch["endpoint"]]
@@ -330,7 +337,9 @@ class Run:
             if time.monotonic() - renewed >= lease / RENEWALS:
                 renewed = time.monotonic()
                 if not await self.store.renew(self.record, self.runner.holder, lease):
-                    raise asyncio.CancelledError  # another runner has it now
+                    self.lost = True  # another runner has it now: stop, and leave it the rest
+                    stop.set()
+                    return
             asked = await self.store.cancel_requested(self.record)
             if asked is not None:
                 self.batch["status"], self.batch["cancelling_at"] = "cancelling", asked

@@ -18,6 +18,7 @@ from core.batches import BatchObject
 from gateway.filestore import FileStore
 
 ROOT = "batches"
+UNDER_WAY = "batches-under-way"  # one empty object per batch with work left: what runners list
 ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
 
 
@@ -32,8 +33,28 @@ class BatchStore:
         self.files = files
 
     async def save(self, record: Record) -> None:
-        path = f"{ROOT}/{record['owner']}/{record['batch']['id']}.json"
+        batch = record["batch"]
+        path = f"{ROOT}/{record['owner']}/{batch['id']}.json"
+        mark = f"{UNDER_WAY}/{record['owner']}/{batch['id']}"
+        if batch["status"] == "validating":  # new: runners will find it
+            await obstore.put_async(self.files.store, mark, b"")
         await obstore.put_async(self.files.store, path, orjson.dumps(record))
+        if batch["status"] not in ACTIVE:  # over: no runner needs to look at it again
+            with contextlib.suppress(FileNotFoundError):
+                await obstore.delete_async(self.files.store, mark)
+
+    async def under_way(self) -> list[Record]:
+        """The batches with work left, of every owner."""
+        if not self.files.present():
+            return []
+        out: list[Record] = []
+        async for batch in obstore.list(self.files.store, prefix=f"{UNDER_WAY}/"):
+            for meta in batch:
+                _, owner, batch_id = meta["path"].split("/")
+                record = await self.load(owner, batch_id)
+                if record is not None:
+                    out.append(record)
+        return out
 
     async def load(self, owner: str, batch_id: str) -> Record | None:
         if not batch_id.removeprefix("batch_").isalnum():
@@ -45,11 +66,11 @@ class BatchStore:
         record: Record = orjson.loads(bytes(await found.bytes_async()))
         return record
 
-    async def records(self, owner: str | None = None) -> list[Record]:
-        """The batches of one owner, or of all."""
+    async def records(self, owner: str) -> list[Record]:
+        """The batches of one owner."""
         if not self.files.present():
             return []
-        prefix = f"{ROOT}/{owner}/" if owner else f"{ROOT}/"
+        prefix = f"{ROOT}/{owner}/"
         out: list[Record] = []
         async for batch in obstore.list(self.files.store, prefix=prefix):
             for meta in batch:

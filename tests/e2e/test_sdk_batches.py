@@ -120,6 +120,7 @@ def test_a_batch_runs_through_the_pipeline(sdk: openai.OpenAI) -> None:
     for x in out:
         i = int(x["custom_id"].removeprefix("req-"))
         assert x["response"]["status_code"] == 200 and x["error"] is None
+        assert x["response"]["request_id"].startswith("req_") and x["id"].startswith("batch_req_")
         body = x["response"]["body"]
         assert body["model"] == "oa" and body["object"] == "text_completion"
         assert body["choices"][0]["text"] == expected_text(f"Say {i}", 0, 3)
@@ -198,7 +199,7 @@ def test_batches_belong_to_their_key(gateway: GatewayProcess, sdk: openai.OpenAI
     [
         ({"endpoint": "/v1/images"}, "endpoint"),
         ({"completion_window": "1h"}, "completion_window"),
-        ({"input_file_id": "file-0000"}, "id"),
+        ({"input_file_id": "file-0000"}, "input_file_id"),
     ],
 )
 def test_bad_batches_are_400s_naming_the_field(

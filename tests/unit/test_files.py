@@ -218,6 +218,11 @@ async def test_records_lines_and_cancel_markers(tmp_path: Path) -> None:
     assert await store.finished(one) == {1, 3}
     assert [n async for n, _ in store.answers(one)] == [1, 3]
     assert await store.finished(two) == set()
+    assert await store.under_way() == []  # saved "in_progress", never "validating": not new
+    await store.save({**two, "batch": {"id": "batch_0002", "status": "validating"}})
+    assert [r["batch"]["id"] for r in await store.under_way()] == ["batch_0002"]
+    await store.save({**two, "batch": {"id": "batch_0002", "status": "completed"}})
+    assert await store.under_way() == []
     assert await store.cancel_requested(one) is None
     await store.request_cancel(one, 123)
     assert await store.cancel_requested(one) == 123
@@ -236,5 +241,5 @@ def test_the_batches_block() -> None:
 @pytest.mark.asyncio
 async def test_looking_for_batches_makes_no_directory(tmp_path: Path) -> None:
     store = BatchStore(FileStore(str(tmp_path / "never"), max_bytes=10))
-    assert await store.records() == []
+    assert await store.under_way() == []
     assert not (tmp_path / "never").exists()
