@@ -250,7 +250,7 @@ class Run:
         if self.batch["status"] == "in_progress":
             await self._serve(lines)
         if not self.lost:
-            await self._finish()
+            await self._finish(lines)
 
     async def _lines(self) -> list[Line] | None:
         """The input file's lines; a batch whose file fails the checks fails, naming them."""
@@ -350,32 +350,51 @@ class Run:
                 saved = dict(self.batch["request_counts"])
                 await self.store.save(self.record)
 
-    async def _finish(self) -> None:
+    async def _finish(self, lines: list[Line]) -> None:
         """The output and error files from the stored answers, then the batch's last status:
-        completed, cancelled, or expired when its window ended first."""
+        completed, cancelled, or expired when its window ended first (its lines not run are in
+        the error file then, as OpenAI lists them)."""
         status = self.batch["status"]
         expired = status == "in_progress" and time.time() >= self.batch["expires_at"]
         if status == "in_progress" and not expired:
             self.batch["status"], self.batch["finalizing_at"] = "finalizing", _now()
             await self.store.save(self.record)
-        output, errors = await self._files()
+        output, errors = await self._files(lines if expired else [])
         self.batch["output_file_id"], self.batch["error_file_id"] = output, errors
         final = "expired" if expired else "cancelled" if status == "cancelling" else "completed"
         self.batch["status"] = final
         self.batch[f"{final}_at"] = _now()  # type: ignore[literal-required]  # a *_at field
         await self.store.save(self.record)
 
-    async def _files(self) -> tuple[str | None, str | None]:
+    async def _files(self, expired: list[Line]) -> tuple[str | None, str | None]:
+        """The output and error files; `expired`: the lines of an expired batch, of which those
+        without an answer are listed as expired."""
         ok: list[bytes] = []
         failed: list[bytes] = []
-        completed = failed_count = 0
-        async for _, answer in self.store.answers(self.record):
+        answered: set[int] = set()
+        async for number, answer in self.store.answers(self.record):
             status = orjson.loads(answer)["response"]["status_code"]
             (ok if status == 200 else failed).append(answer + b"\n")
-            completed, failed_count = completed + (status == 200), failed_count + (status != 200)
+            answered.add(number)
+        for line in expired:
+            if line.number not in answered:
+                failed.append(orjson.dumps(self._expired(line)) + b"\n")
+        completed, failed_count = len(ok), len(failed)
         counts = self.batch["request_counts"]
         counts["completed"], counts["failed"] = completed, failed_count
         return await self._file(ok, "output"), await self._file(failed, "error")
+
+    def _expired(self, line: Line) -> dict[str, Any]:
+        return {
+            "id": f"batch_req_{self.runner.next_id()}",
+            "custom_id": line.custom_id,
+            "response": None,
+            "error": {
+                "code": "batch_expired",
+                "message": "This request could not be executed before the completion window "
+                "expired.",
+            },
+        }
 
     async def _file(self, lines: list[bytes], kind: str) -> str | None:
         if not lines:

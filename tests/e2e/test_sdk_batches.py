@@ -264,5 +264,14 @@ def test_the_window_s_end_expires_the_batch_with_what_is_done(
         assert batch.expires_at == batch.created_at + 1
         done = until(client, batch.id, finished)
         assert done.status == "expired" and done.expired_at
-        assert done.request_counts is not None and 0 < done.request_counts.completed < 40
-        assert len(lines_of(client, done.output_file_id)) == done.request_counts.completed
+        counts = done.request_counts
+        assert counts is not None and 0 < counts.completed < 40
+        assert counts.completed + counts.failed == 40
+        out = lines_of(client, done.output_file_id)
+        assert len(out) == counts.completed
+        unrun = lines_of(client, done.error_file_id)
+        assert len(unrun) == counts.failed
+        assert {x["error"]["code"] for x in unrun} == {"batch_expired"}
+        assert all(x["response"] is None for x in unrun)
+        ran = {x["custom_id"] for x in out} | {x["custom_id"] for x in unrun}
+        assert ran == {f"req-{i}" for i in range(40)}
