@@ -16,18 +16,21 @@ from typing import Any
 from core import messages as m
 from core import structured as rf
 from core.checks import obj
-from core.completions import CONTEXT, CONTEXT_BEHAVIORS, CrossCheck, RequestLimits
+from core.completions import (
+    EXTENSIONS,
+    SAMPLING,
+    VLLM_EXTRAS,
+    CrossCheck,
+    RequestLimits,
+)
 from core.errors import InvalidRequest
 from core.fields import (
-    EXTENSION,
     OPENAI,
     VLLM,
     Declaration,
     boolean,
     choice,
     integer,
-    number,
-    object_of,
     string,
     structured,
 )
@@ -41,30 +44,15 @@ CHAT = Declaration(
     fields=(
         structured("messages", ("array",), m.messages),
         string("model"),
-        number("frequency_penalty", -2.0, 2.0, default=0),
-        structured("logit_bias", ("object",), rf.logit_bias),
         boolean("logprobs", default=False),
         integer("top_logprobs", 0, MAX_TOP_LOGPROBS),
         integer("max_tokens", 1),
         integer("max_completion_tokens", 1),
-        integer("n", 1, 128, default=1),
-        number("presence_penalty", -2.0, 2.0, default=0),
         structured("response_format", ("object",), rf.chat_response_format),
-        integer("seed", -(2**63), 2**64 - 1),
-        structured("stop", ("string", "array"), rf.stop),
-        boolean("stream", default=False),
-        object_of(
-            "stream_options",
-            boolean("include_usage"),
-            boolean("include_obfuscation"),
-            boolean("continuous_usage_stats", family=VLLM),
-        ),
-        number("temperature", 0.0, 2.0, default=1),
-        number("top_p", 0.0, 1.0, default=1),
+        *SAMPLING,
         structured("tools", ("array",), m.tools),
         structured("tool_choice", ("string", "object"), m.tool_choice),
         boolean("parallel_tool_calls", default=True),
-        string("user"),
         structured("metadata", ("object",), m.metadata),
         boolean("store"),
         choice("service_tier", "auto", "default", "flex", "scale", "priority"),
@@ -77,40 +65,16 @@ CHAT = Declaration(
         structured("modalities", ("array",), rf.strings),
         structured("prediction", ("object",), obj),
         structured("web_search_options", ("object",), obj),
-        # The provider extensions.
-        choice(CONTEXT, *CONTEXT_BEHAVIORS, family=EXTENSION),
-        boolean("ignore_eos", family=EXTENSION),
-        number("mirostat_target", 0.0, lo_open=True, family=EXTENSION),
-        number("mirostat_lr", 0.0, lo_open=True, family=EXTENSION),
-        integer("top_k", -1, family=EXTENSION),
-        number("repetition_penalty", 0.0, lo_open=True, family=EXTENSION),
-        number("min_p", 0.0, 1.0, family=EXTENSION),
-        # vLLM's chat extras (its ChatCompletionRequest), as vLLM checks them.
+        *EXTENSIONS,
+        # vLLM's chat extras (its ChatCompletionRequest), as vLLM checks them, then the ones
+        # its completions take too.
         boolean("echo", family=VLLM),
         boolean("add_generation_prompt", family=VLLM),
         boolean("continue_final_message", family=VLLM),
-        boolean("add_special_tokens", family=VLLM),
         string("chat_template", family=VLLM),
         structured("chat_template_kwargs", ("object",), obj, family=VLLM),
         structured("documents", ("array",), rf.documents, family=VLLM),
-        integer("prompt_logprobs", -1, family=VLLM),
-        boolean("return_token_ids", family=VLLM),
-        boolean("return_tokens_as_token_ids", family=VLLM),
-        integer("truncate_prompt_tokens", -1, 2**63 - 1, family=VLLM),
-        choice("truncation_side", "left", "right", family=VLLM),
-        integer("min_tokens", 0, family=VLLM),
-        structured("stop_token_ids", ("array",), rf.token_id_list, family=VLLM),
-        boolean("include_stop_str_in_output", family=VLLM),
-        boolean("skip_special_tokens", family=VLLM),
-        boolean("spaces_between_special_tokens", family=VLLM),
-        structured("bad_words", ("array",), rf.strings, family=VLLM),
-        structured("allowed_token_ids", ("array",), rf.token_id_list, family=VLLM),
-        structured("logprob_token_ids", ("array",), rf.token_id_list, family=VLLM),
-        structured("structured_outputs", ("object",), rf.structured_outputs, family=VLLM),
-        boolean("use_beam_search", family=VLLM),
-        number("length_penalty", family=VLLM),
-        structured("vllm_xargs", ("object",), rf.xargs, family=VLLM),
-        integer("priority", -(2**63), 2**63 - 1, family=VLLM),
+        *VLLM_EXTRAS,
     ),
 )
 FIELDS = CHAT.names()

@@ -36,6 +36,58 @@ CONTEXT_BEHAVIORS = ("error", "truncate")
 DEFAULT_MAX_TOKENS = 16  # OpenAI's: an absent or null max_tokens means 16
 
 
+# Fields the generation endpoints (completions, chat) share, declared once.
+SAMPLING = (
+    number("frequency_penalty", -2.0, 2.0, default=0),
+    obj("logit_bias", ("object",), rf.logit_bias),
+    integer("n", 1, 128, default=1),
+    number("presence_penalty", -2.0, 2.0, default=0),
+    integer("seed", -(2**63), 2**64 - 1),
+    obj("stop", ("string", "array"), rf.stop),
+    boolean("stream", default=False),
+    object_of(
+        "stream_options",
+        boolean("include_usage"),
+        boolean("include_obfuscation"),
+        boolean("continuous_usage_stats", family=VLLM),
+    ),
+    number("temperature", 0.0, 2.0, default=1),
+    number("top_p", 0.0, 1.0, default=1),
+    string("user"),
+)
+# The provider extensions every target may serve (a dialect's table says which do).
+EXTENSIONS = (
+    choice(CONTEXT, *CONTEXT_BEHAVIORS, family=EXTENSION),
+    boolean("ignore_eos", family=EXTENSION),
+    number("mirostat_target", 0.0, lo_open=True, family=EXTENSION),
+    number("mirostat_lr", 0.0, lo_open=True, family=EXTENSION),
+    integer("top_k", -1, family=EXTENSION),
+    number("repetition_penalty", 0.0, lo_open=True, family=EXTENSION),
+    number("min_p", 0.0, 1.0, family=EXTENSION),
+)
+# vLLM's own extras of both its requests: types and ranges as vLLM checks them.
+VLLM_EXTRAS = (
+    integer("prompt_logprobs", -1, family=VLLM),
+    boolean("return_token_ids", family=VLLM),
+    boolean("return_tokens_as_token_ids", family=VLLM),
+    integer("truncate_prompt_tokens", -1, 2**63 - 1, family=VLLM),
+    choice("truncation_side", "left", "right", family=VLLM),
+    integer("min_tokens", 0, family=VLLM),
+    obj("stop_token_ids", ("array",), rf.token_id_list, family=VLLM),
+    boolean("include_stop_str_in_output", family=VLLM),
+    boolean("skip_special_tokens", family=VLLM),
+    boolean("spaces_between_special_tokens", family=VLLM),
+    obj("bad_words", ("array",), rf.strings, family=VLLM),
+    obj("allowed_token_ids", ("array",), rf.token_id_list, family=VLLM),
+    obj("logprob_token_ids", ("array",), rf.token_id_list, family=VLLM),
+    obj("structured_outputs", ("object",), rf.structured_outputs, family=VLLM),
+    boolean("use_beam_search", family=VLLM),
+    number("length_penalty", family=VLLM),
+    boolean("add_special_tokens", family=VLLM),
+    obj("vllm_xargs", ("object",), rf.xargs, family=VLLM),
+    integer("priority", -(2**63), 2**63 - 1, family=VLLM),
+)
+
 COMPLETIONS = Declaration(
     "CreateCompletionRequest",
     required=("model", "prompt"),
@@ -44,56 +96,15 @@ COMPLETIONS = Declaration(
         obj("prompt", ("string", "array"), rf.prompt),
         integer("best_of", 0, 20),
         boolean("echo", default=False),
-        number("frequency_penalty", -2.0, 2.0, default=0),
-        obj("logit_bias", ("object",), rf.logit_bias),
         # OpenAI's cap of 5 is the dialects' (providers.params); vLLM allows up to its
         # max_logprobs, and -1 for the whole vocabulary.
         integer("logprobs", -1),
         integer("max_tokens", 0, default=DEFAULT_MAX_TOKENS),
-        integer("n", 1, 128, default=1),
-        number("presence_penalty", -2.0, 2.0, default=0),
-        integer("seed", -(2**63), 2**64 - 1),
-        obj("stop", ("string", "array"), rf.stop),
-        boolean("stream", default=False),
-        object_of(
-            "stream_options",
-            boolean("include_usage"),
-            boolean("include_obfuscation"),
-            boolean("continuous_usage_stats", family=VLLM),
-        ),
         string("suffix"),
-        number("temperature", 0.0, 2.0, default=1),
-        number("top_p", 0.0, 1.0, default=1),
-        string("user"),
-        # The provider extensions.
-        choice(CONTEXT, *CONTEXT_BEHAVIORS, family=EXTENSION),
-        boolean("ignore_eos", family=EXTENSION),
-        number("mirostat_target", 0.0, lo_open=True, family=EXTENSION),
-        number("mirostat_lr", 0.0, lo_open=True, family=EXTENSION),
-        integer("top_k", -1, family=EXTENSION),
-        number("repetition_penalty", 0.0, lo_open=True, family=EXTENSION),
-        number("min_p", 0.0, 1.0, family=EXTENSION),
+        *SAMPLING,
+        *EXTENSIONS,
         obj("response_format", ("object",), rf.response_format, family=EXTENSION),
-        # vLLM's own extras (its CompletionRequest): types and ranges as vLLM checks them.
-        integer("prompt_logprobs", -1, family=VLLM),
-        boolean("return_token_ids", family=VLLM),
-        boolean("return_tokens_as_token_ids", family=VLLM),
-        integer("truncate_prompt_tokens", -1, 2**63 - 1, family=VLLM),
-        choice("truncation_side", "left", "right", family=VLLM),
-        integer("min_tokens", 0, family=VLLM),
-        obj("stop_token_ids", ("array",), rf.token_id_list, family=VLLM),
-        boolean("include_stop_str_in_output", family=VLLM),
-        boolean("skip_special_tokens", family=VLLM),
-        boolean("spaces_between_special_tokens", family=VLLM),
-        obj("bad_words", ("array",), rf.strings, family=VLLM),
-        obj("allowed_token_ids", ("array",), rf.token_id_list, family=VLLM),
-        obj("logprob_token_ids", ("array",), rf.token_id_list, family=VLLM),
-        obj("structured_outputs", ("object",), rf.structured_outputs, family=VLLM),
-        boolean("use_beam_search", family=VLLM),
-        number("length_penalty", family=VLLM),
-        boolean("add_special_tokens", family=VLLM),
-        obj("vllm_xargs", ("object",), rf.xargs, family=VLLM),
-        integer("priority", -(2**63), 2**63 - 1, family=VLLM),
+        *VLLM_EXTRAS,
     ),
 )
 

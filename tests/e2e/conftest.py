@@ -14,7 +14,10 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from tests.e2e.support import FULL_KEY, LIMITED_KEY, UPSTREAM_OF, gateway_config
-from tests.e2e.vllm_stack import vllm_stack  # noqa: F401  (a pytest fixture)
+from tests.e2e.vllm_stack import (
+    Stack,
+    vllm_stack,  # noqa: F401  (a pytest fixture)
+)
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.fixtures import (  # noqa: F401  (pytest fixtures)
     scripted_fireworks_server,
@@ -92,4 +95,11 @@ def limited(env: Env) -> OpenAI:
 @pytest.fixture
 async def async_sdk(env: Env) -> AsyncIterator[AsyncOpenAI]:
     async with env.async_client() as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def direct(vllm_stack: Stack) -> Iterator[OpenAI]:  # noqa: F811  (the imported fixture)
+    """The openai SDK straight to the stack's vLLM server (the parity suites' reference)."""
+    with vllm_stack.direct() as client:
         yield client

@@ -74,12 +74,6 @@ def engine(vllm_stack: Stack) -> Iterator[openai.OpenAI]:
         yield client
 
 
-@pytest.fixture(scope="module")
-def direct(vllm_stack: Stack) -> Iterator[openai.OpenAI]:
-    with vllm_stack.direct() as client:
-        yield client
-
-
 # ---------------------------------------------------------------- sampling
 
 

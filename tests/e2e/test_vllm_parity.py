@@ -52,12 +52,6 @@ def gw(vllm_stack: Stack, path: str) -> Iterator[openai.OpenAI]:
         yield client
 
 
-@pytest.fixture(scope="module")
-def direct(vllm_stack: Stack) -> Iterator[openai.OpenAI]:
-    with vllm_stack.direct() as client:
-        yield client
-
-
 # ---------------------------------------------------------------- helpers
 
 

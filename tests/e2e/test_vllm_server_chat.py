@@ -44,12 +44,6 @@ def server(vllm_stack: Stack) -> Iterator[openai.OpenAI]:
         yield client
 
 
-@pytest.fixture(scope="module")
-def direct(vllm_stack: Stack) -> Iterator[openai.OpenAI]:
-    with vllm_stack.direct() as client:
-        yield client
-
-
 def test_greedy_and_seeded_answers_are_vllm_s(server: openai.OpenAI, direct: openai.OpenAI) -> None:
     ours, theirs = both(server, direct, temperature=0)
     assert_same(ours, theirs)
