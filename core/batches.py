@@ -81,11 +81,16 @@ class CreateBatch:
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One request of an input file, checked."""
+    """One request of an input file, checked; kept as its bytes (a file of many lines is held
+    at its size, not parsed), its body read when it runs."""
 
     number: int  # 1-based, as OpenAI counts lines
     custom_id: str
-    body: dict[str, Any]
+    raw: bytes
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = orjson.loads(self.raw)["body"]
+        return body
 
 
 @dataclass(slots=True)
@@ -111,27 +116,46 @@ def create_batch(data: Any) -> CreateBatch:
 
 
 def check_lines(raw_lines: Iterable[bytes], endpoint: str) -> Checked:
-    """An input file's lines as OpenAI checks them before running any: JSON objects, a
-    `custom_id` unique in the file, `method` POST, `url` the batch's endpoint, a `body` object,
-    one model for the whole file, at most MAX_LINES lines. Blank lines are skipped."""
-    checked = Checked()
-    seen: set[str] = set()
-    count = 0
-    for number, raw in enumerate(raw_lines, start=1):
-        if not raw.strip():
-            continue
-        count += 1
-        if count > MAX_LINES:
-            checked.errors.append(
-                _error("too_many_lines", f"A batch may have at most {MAX_LINES} requests.", number)
-            )
+    """An input file's lines as OpenAI checks them before running any (LineCheck)."""
+    check = LineCheck(endpoint)
+    for raw in raw_lines:
+        if not check.feed(raw):
             break
-        line = _line(raw, number, endpoint, seen, checked)
+    return check.done()
+
+
+class LineCheck:
+    """An input file's lines checked as they are read: JSON objects, a `custom_id` unique in
+    the file, `method` POST, `url` the batch's endpoint, a `body` object, one model for the
+    whole file, at most MAX_LINES lines. Blank lines are skipped."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.checked = Checked()
+        self.seen: set[str] = set()
+        self.number = 0  # lines read, blank ones included
+        self.count = 0  # requests
+
+    def feed(self, raw: bytes) -> bool:
+        """The next line; False once the file has too many (the rest need not be read)."""
+        self.number += 1
+        if not raw.strip():
+            return True
+        self.count += 1
+        if self.count > MAX_LINES:
+            message = f"A batch may have at most {MAX_LINES} requests."
+            self.checked.errors.append(_error("too_many_lines", message, self.number))
+            return False
+        line = _line(raw, self.number, self.endpoint, self.seen, self.checked)
         if line is not None:
-            checked.lines.append(line)
-    if count == 0:
-        checked.errors.append(_error("empty_file", "The input file has no requests.", None))
-    return checked
+            self.checked.lines.append(line)
+        return True
+
+    def done(self) -> Checked:
+        if self.count == 0:
+            message = "The input file has no requests."
+            self.checked.errors.append(_error("empty_file", message, None))
+        return self.checked
 
 
 def _line(raw: bytes, number: int, endpoint: str, seen: set[str], checked: Checked) -> Line | None:
@@ -151,7 +175,7 @@ def _line(raw: bytes, number: int, endpoint: str, seen: set[str], checked: Check
         checked.errors.extend(problems)
         return None
     seen.add(data["custom_id"])
-    return Line(number, data["custom_id"], data["body"])
+    return Line(number, data["custom_id"], raw)
 
 
 def _problems(

@@ -46,6 +46,9 @@ class Target:
     defaults: Mapping[str, object] = field(default_factory=dict)  # request fields, validated
     connect_s: float | None = None  # opening a connection; None: the provider's own setting
     first_byte_s: float | None = None  # until the answer begins; None: timeout_s
+    # Served for a batch, not a waiting caller: a provider that can tell its work apart (the
+    # engine's priority) serves it after live requests.
+    background: bool = False
 
     @property
     def label(self) -> str:

@@ -164,9 +164,19 @@ def _check(args: argparse.Namespace) -> int:
     cfg = _load(args.path)
     if cfg is None:
         return 1
+    from core.errors import ConfigError
+    from gateway.filestore import check_store
+
+    try:
+        store = check_store(cfg.files.store)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 1
+    leases = "Redis" if cfg.rate_limit.backend == "redis" else "the file store"
     print(
         f"{args.path}: ok ({len(cfg.providers)} providers, {len(cfg.models)} models, "
-        f"{len(cfg.keys)} keys)"
+        f"{len(cfg.keys)} keys)\n"
+        f"files and batches in {store}; batch leases in {leases}"
     )
     return 0
 

@@ -19,7 +19,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -31,8 +31,8 @@ from core.batches import (
     WINDOWS,
     BatchObject,
     Line,
+    LineCheck,
     LineError,
-    check_lines,
     create_batch,
 )
 from core.errors import GatewayError, InvalidRequest, NotFound, RateLimited, internal
@@ -40,10 +40,11 @@ from core.files import BATCH_OUTPUT
 from core.wire import parse_json
 from gateway import service
 from gateway.auth import Principal
-from gateway.batchstore import ACTIVE, BatchStore, Record
+from gateway.batchstore import ACTIVE, BatchStore, Record, lease_name
 from gateway.context import Ids, Inbound, Reply
 from gateway.filestore import file_object, owner_of
 from gateway.http import JSON_HEADERS, Message
+from gateway.leases import leases_for
 from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
 from gateway.runtime import Runtime
 
@@ -100,6 +101,7 @@ async def create(inbound: Inbound, reply: Reply, principal: Principal, body: byt
         "metadata": asked.metadata,
     }
     await BatchStore(rt.files).save({"batch": batch, "key_id": principal.key_id, "owner": owner})
+    rt.metrics.batch_status("validating")
     await reply.respond(200, orjson.dumps(batch), JSON_HEADERS)
 
 
@@ -171,14 +173,20 @@ async def _owned(rt: Runtime, principal: Principal, batch_id: str) -> Record:
 
 
 class Runner:
-    """Runs the batches that have work left, a bounded number of lines at a time across all of
-    them; `runtime()` is the runtime new work uses (a reload's swap applies to the next line)."""
+    """Runs the batches that have work left, each under a lease (gateway.leases), a bounded
+    number of lines at a time across all of them: `max_concurrency`, or `live_concurrency` while
+    live requests are being served. `runtime()` is the runtime new work uses (a reload's swap
+    applies to the next line); the leases are those of the config the process started with."""
 
     def __init__(self, runtime: Callable[[], Runtime]) -> None:
         self._runtime = runtime
         self._running: dict[str, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._ids = Ids()
+        self._lines = 0  # lines in flight, all batches together
+        self._room = asyncio.Condition()
+        rt = runtime()
+        self.leases = leases_for(rt.config.rate_limit, rt.files)
         self.holder = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
 
     def start(self) -> None:
@@ -189,6 +197,7 @@ class Runner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.leases.aclose()
 
     async def _watch(self) -> None:
         while True:
@@ -203,7 +212,7 @@ class Runner:
             batch_id = record["batch"]["id"]
             if record["batch"]["status"] not in ACTIVE or batch_id in self._running:
                 continue
-            if await store.claim(record, self.holder, rt.config.batches.lease_s):
+            if await self.leases.claim(lease_name(record), self.holder, rt.config.batches.lease_s):
                 task = asyncio.create_task(self._run(record), name=f"batch {batch_id}")
                 self._running[batch_id] = task
                 task.add_done_callback(functools.partial(self._done, batch_id))
@@ -212,14 +221,40 @@ class Runner:
         self._running.pop(batch_id, None)
 
     async def _run(self, record: Record) -> None:
-        store = BatchStore(self.runtime().files)
+        metrics = self.runtime().metrics
+        metrics.batches_running_add(1)
         try:
             await Run(self, record).carry_out()
         except asyncio.CancelledError:
             raise  # stopped with the process: the lease lapses, and the batch goes on later
         except Exception:
             log.exception("batch %s failed", record["batch"]["id"])
-        await store.release(record, self.holder)
+        finally:
+            metrics.batches_running_add(-1)
+        await self.leases.release(lease_name(record), self.holder)
+
+    @contextlib.asynccontextmanager
+    async def line_slot(self) -> AsyncIterator[None]:
+        """Room for one more line in flight: lines yield to live requests."""
+        async with self._room:
+            await self._room.wait_for(self._has_room)
+            self._lines += 1
+        metrics = self.runtime().metrics
+        metrics.batch_lines_add(1)
+        try:
+            yield
+        finally:
+            metrics.batch_lines_add(-1)
+            async with self._room:
+                self._lines -= 1
+                self._room.notify_all()
+
+    def _has_room(self) -> bool:
+        """Checked when a line ends (the only time a waiter's answer can change from no to yes:
+        with no line in flight there is always room)."""
+        rt = self._runtime()
+        limits = rt.config.batches
+        return self._lines < (limits.live_concurrency if rt.inflight else limits.max_concurrency)
 
     def runtime(self) -> Runtime:
         return self._runtime()
@@ -253,53 +288,72 @@ class Run:
             await self._finish(lines)
 
     async def _lines(self) -> list[Line] | None:
-        """The input file's lines; a batch whose file fails the checks fails, naming them."""
+        """The input file's lines, checked as they are read; a batch whose file fails the
+        checks fails, naming them."""
         owner = self.record["owner"]
         pieces = await self.rt.files.content(owner, self.batch["input_file_id"])
-        checked = check_lines(await _lines_of(pieces), self.batch["endpoint"])
+        check = LineCheck(self.batch["endpoint"])
+        async for raw in _split(pieces):
+            if not check.feed(raw):
+                break
+        checked = check.done()
         if self.batch["status"] == "validating":
             if checked.errors:
                 await self._failed(checked.errors)
                 return None
-            self.batch["status"], self.batch["in_progress_at"] = "in_progress", _now()
             self.batch["request_counts"]["total"] = len(checked.lines)
-            await self.store.save(self.record)
+            await self._enter("in_progress")
         return checked.lines
 
+    async def _enter(self, status: str) -> None:
+        """The batch moves to `status` (its `<status>_at` set), saved."""
+        self.batch["status"] = status
+        self.batch[f"{status}_at"] = _now()  # type: ignore[literal-required]  # a *_at field
+        self.rt.metrics.batch_status(status)
+        await self.store.save(self.record)
+
     async def _serve(self, lines: list[Line]) -> None:
+        """Every line without a stored answer, by as many workers as lines may be in flight;
+        each line taken once."""
         done = await self.store.finished(self.record)
-        todo = [line for line in lines if line.number not in done]
-        limit = asyncio.Semaphore(self.rt.config.batches.max_concurrency)
+        todo = iter([line for line in lines if line.number not in done])
         stop = asyncio.Event()
         watch = asyncio.create_task(self._watch_status(stop))
+        workers = self.rt.config.batches.max_concurrency
         try:
-            await asyncio.gather(*(self._line(line, limit, stop) for line in todo))
+            await asyncio.gather(*(self._work(todo, stop) for _ in range(workers)))
         finally:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
 
-    async def _line(self, line: Line, limit: asyncio.Semaphore, stop: asyncio.Event) -> None:
-        async with limit:
-            if stop.is_set():
-                return
-            request_id = f"req_{self.runner.next_id()}"
-            status, body = await self._answer(line, request_id)
-            answer = {
-                "id": f"batch_req_{self.runner.next_id()}",
-                "custom_id": line.custom_id,
-                "response": {"status_code": status, "request_id": request_id, "body": body},
-                "error": None,
-            }
-            await self.store.put_line(self.record, line.number, orjson.dumps(answer))
-            counts = self.batch["request_counts"]
-            counts["completed" if status == 200 else "failed"] += 1
+    async def _work(self, todo: Iterator[Line], stop: asyncio.Event) -> None:
+        for line in todo:
+            async with self.runner.line_slot():
+                if stop.is_set():
+                    return
+                await self._line(line)
+
+    async def _line(self, line: Line) -> None:
+        request_id = f"req_{self.runner.next_id()}"
+        status, body = await self._answer(line, request_id)
+        answer = {
+            "id": f"batch_req_{self.runner.next_id()}",
+            "custom_id": line.custom_id,
+            "response": {"status_code": status, "request_id": request_id, "body": body},
+            "error": None,
+        }
+        await self.store.put_line(self.record, line.number, orjson.dumps(answer))
+        counts = self.batch["request_counts"]
+        counts["completed" if status == 200 else "failed"] += 1
+        self.rt.metrics.batch_line(SERVED[self.batch["endpoint"]][1], status == 200)
 
     async def _answer(self, line: Line, request_id: str) -> tuple[int, Any]:
         """The line served as its key's live request would be: its status and JSON body. A rate
         limit makes it wait and try again."""
         serve, operation = SERVED[self.batch["endpoint"]]
-        if line.body.get("stream"):
+        body = line.body()
+        if body.get("stream"):
             refused = InvalidRequest("A batch's requests cannot stream.", param="stream")
             return refused.status, refused.body()
         while True:
@@ -311,11 +365,12 @@ class Run:
             captured = _Captured()
             reply = Reply(captured.send)
             inbound = Inbound(
-                rt, "POST", self.batch["endpoint"], {}, "batch", self.runner.ids, _never
-            )
+                rt, "POST", self.batch["endpoint"], {}, "batch", self.runner.ids, _never,
+                background=True,
+            )  # fmt: skip
             record = RequestRecord(time.perf_counter(), operation=operation)
             try:
-                await serve(inbound, reply, record, principal, orjson.dumps(line.body))
+                await serve(inbound, reply, record, principal, orjson.dumps(body))
             except RateLimited as limited:
                 await asyncio.sleep(_wait_s(limited))
                 continue
@@ -336,13 +391,15 @@ class Run:
             await asyncio.sleep(0.25)
             if time.monotonic() - renewed >= lease / RENEWALS:
                 renewed = time.monotonic()
-                if not await self.store.renew(self.record, self.runner.holder, lease):
+                name = lease_name(self.record)
+                if not await self.runner.leases.renew(name, self.runner.holder, lease):
                     self.lost = True  # another runner has it now: stop, and leave it the rest
                     stop.set()
                     return
             asked = await self.store.cancel_requested(self.record)
             if asked is not None:
                 self.batch["status"], self.batch["cancelling_at"] = "cancelling", asked
+                self.rt.metrics.batch_status("cancelling")
                 stop.set()
             elif time.time() >= self.batch["expires_at"]:
                 stop.set()
@@ -357,14 +414,12 @@ class Run:
         status = self.batch["status"]
         expired = status == "in_progress" and time.time() >= self.batch["expires_at"]
         if status == "in_progress" and not expired:
-            self.batch["status"], self.batch["finalizing_at"] = "finalizing", _now()
-            await self.store.save(self.record)
+            await self._enter("finalizing")
         output, errors = await self._files(lines if expired else [])
         self.batch["output_file_id"], self.batch["error_file_id"] = output, errors
-        final = "expired" if expired else "cancelled" if status == "cancelling" else "completed"
-        self.batch["status"] = final
-        self.batch[f"{final}_at"] = _now()  # type: ignore[literal-required]  # a *_at field
-        await self.store.save(self.record)
+        await self._enter(
+            "expired" if expired else "cancelled" if status == "cancelling" else "completed"
+        )
 
     async def _files(self, expired: list[Line]) -> tuple[str | None, str | None]:
         """The output and error files; `expired`: the lines of an expired batch, of which those
@@ -403,12 +458,12 @@ class Run:
         file_id, size = await self.rt.files.put(owner, _chunks(lines))
         name = f"{self.batch['id']}_{kind}.jsonl"
         await self.rt.files.describe(owner, file_object(file_id, size, name, BATCH_OUTPUT, None))
+        self.rt.metrics.file_stored(BATCH_OUTPUT, size)
         return file_id
 
     async def _failed(self, errors: list[LineError]) -> None:
-        self.batch["status"], self.batch["failed_at"] = "failed", _now()
         self.batch["errors"] = {"object": "list", "data": errors}
-        await self.store.save(self.record)
+        await self._enter("failed")
 
 
 class _Captured:
@@ -431,9 +486,14 @@ async def _never() -> Message:
     return {"type": "http.disconnect"}
 
 
-async def _lines_of(pieces: AsyncIterator[bytes]) -> list[bytes]:
-    data = b"".join([piece async for piece in pieces])
-    return data.split(b"\n")
+async def _split(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A file's lines as its pieces arrive (a line may span pieces)."""
+    rest = b""
+    async for piece in pieces:
+        *whole, rest = (rest + piece).split(b"\n")
+        for line in whole:
+            yield line
+    yield rest
 
 
 async def _chunks(lines: list[bytes]) -> AsyncIterator[bytes]:

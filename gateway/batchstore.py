@@ -6,13 +6,11 @@ started again goes on where it was and runs no finished line twice."""
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import obstore
 import orjson
-from obstore.exceptions import AlreadyExistsError
 
 from core.batches import BatchObject
 from gateway.filestore import FileStore
@@ -80,47 +78,6 @@ class BatchStore:
                     out.append(orjson.loads(bytes(await found.bytes_async())))
         return out
 
-    async def claim(self, record: Record, holder: str, ttl_s: float) -> bool:
-        """Take the batch's lease, unless another holder's is still good: exactly one runner
-        (of one process, of one replica) runs a batch; a lease not renewed lapses, and another
-        runner takes the batch over."""
-        path = self._lease(record)
-        lease = orjson.dumps({"holder": holder, "until": time.time() + ttl_s})
-        for _ in range(2):
-            try:
-                await obstore.put_async(self.files.store, path, lease, mode="create")
-                return True
-            except AlreadyExistsError:
-                held = await self._held(path)
-                if held is not None and (held["holder"] == holder or held["until"] > time.time()):
-                    return bool(held["holder"] == holder)
-                with contextlib.suppress(FileNotFoundError):
-                    await obstore.delete_async(self.files.store, path)  # lapsed: take it
-        return False
-
-    async def renew(self, record: Record, holder: str, ttl_s: float) -> bool:
-        """Keep the lease; False if another runner holds it now."""
-        held = await self._held(self._lease(record))
-        if held is None or held["holder"] != holder:
-            return False
-        lease = orjson.dumps({"holder": holder, "until": time.time() + ttl_s})
-        await obstore.put_async(self.files.store, self._lease(record), lease)
-        return True
-
-    async def release(self, record: Record, holder: str) -> None:
-        held = await self._held(self._lease(record))
-        if held is not None and held["holder"] == holder:
-            with contextlib.suppress(FileNotFoundError):
-                await obstore.delete_async(self.files.store, self._lease(record))
-
-    async def _held(self, path: str) -> dict[str, Any] | None:
-        try:
-            found = await obstore.get_async(self.files.store, path)
-        except FileNotFoundError:
-            return None
-        held: dict[str, Any] = orjson.loads(bytes(await found.bytes_async()))
-        return held
-
     async def request_cancel(self, record: Record, at: int) -> None:
         """A cancel is a marker of its own: while a batch runs, only its runner writes its
         record, so no write of the API's can be lost under one of the runner's."""
@@ -162,13 +119,14 @@ class BatchStore:
                 )
 
     @staticmethod
-    def _lease(record: Record) -> str:
-        return f"{ROOT}/{record['owner']}/{record['batch']['id']}.lease"
-
-    @staticmethod
     def _marker(record: Record) -> str:
         return f"{ROOT}/{record['owner']}/{record['batch']['id']}.cancel"
 
     @staticmethod
     def _lines(record: Record) -> str:
         return f"{ROOT}/{record['owner']}/{record['batch']['id']}/"
+
+
+def lease_name(record: Record) -> str:
+    """What a batch's lease is called (gateway.leases)."""
+    return f"{record['owner']}/{record['batch']['id']}"

@@ -43,6 +43,7 @@ class Inbound:
     ids: Ids  # for the ids of what it creates (completions)
     receive: Receive  # the body, then the caller's disconnect
     query: bytes = b""  # the query string, as sent
+    background: bool = False  # a batch's line: its providers serve live requests first
 
 
 @dataclass(slots=True)

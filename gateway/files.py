@@ -45,6 +45,7 @@ async def create(inbound: Inbound, reply: Reply, principal: Principal, store: Fi
     except BaseException:
         await store.discard(owner, file_id)
         raise
+    inbound.runtime.metrics.file_stored(file["purpose"], size)
     await reply.respond(200, orjson.dumps(file), JSON_HEADERS)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator
@@ -43,7 +44,24 @@ def open_store(location: str, path: str = "files.store") -> ObjectStore:
     try:
         return from_url(location)
     except Exception as exc:  # obstore's own errors (a bad bucket URL, missing settings)
-        raise ConfigError(path, f"not a usable store: {exc}") from None
+        first = str(exc).strip().splitlines()[0]  # the rest is the library's debug dump
+        raise ConfigError(path, f"not a usable store: {first}") from None
+
+
+def check_store(location: str) -> str:
+    """What `files.store` names, checked without storing anything: an object store URL that
+    its library accepts (settings it reads from the environment included), or a directory that
+    exists or can be made. ConfigError otherwise."""
+    if "://" in location:
+        open_store(location)
+        return f"the object store {location}"
+    directory = Path(location).expanduser().resolve()
+    if directory.is_dir():
+        return f"the directory {directory}"
+    parent = next(p for p in directory.parents if p.exists())
+    if directory.exists() or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError("files.store", f"{directory} is not a directory that can be made")
+    return f"the directory {directory} (made when the first file is stored)"
 
 
 def owner_of(key_id: str) -> str:

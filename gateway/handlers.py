@@ -160,6 +160,7 @@ async def file(inbound: Inbound, reply: Reply) -> None:
         raise NotFound(f"Unknown path {inbound.method} {inbound.path[:200]}.")
     elif inbound.method == "DELETE":
         await files_api.delete(reply, principal, rt.files, file_id)
+        rt.metrics.file_deleted()
     else:
         await files_api.retrieve(reply, principal, rt.files, file_id)
 

@@ -109,6 +109,26 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
     "reload_ok": (Gauge, "gateway_config_last_reload_success",
         "1 if the last config reload succeeded (or none was tried), 0 if it was refused.",
         (), {"multiprocess_mode": "livemin"}),
+    "files_stored": (Counter, "gateway_files_stored",
+        "Files stored: uploads by their purpose, and the gateway's batch_output files.",
+        ("purpose",), {}),
+    "file_bytes": (Counter, "gateway_file_bytes_stored",
+        "Bytes of the files stored, by purpose.", ("purpose",), {}),
+    "files_deleted": (Counter, "gateway_files_deleted", "Files deleted by their owners.",
+        (), {}),
+    "batches": (Counter, "gateway_batches",
+        "Batches that entered each status (validating: created; the others as their runner "
+        "moved them there).",
+        ("status",), {}),
+    "batch_lines": (Counter, "gateway_batch_lines",
+        "Batch lines answered, by the batch's operation and outcome (completed: a 200; "
+        "failed: an error the line's caller would have had).",
+        ("operation", "outcome"), {}),
+    "batch_lines_inflight": (Gauge, "gateway_batch_lines_in_flight",
+        "Batch lines being served.", (), {"multiprocess_mode": "livesum"}),
+    "batches_running": (Gauge, "gateway_batches_running",
+        "Batches whose lease this process holds and runs.", (),
+        {"multiprocess_mode": "livesum"}),
     "config_loaded": (Gauge, "gateway_config_loaded_timestamp_seconds",
         "When the config in use was loaded (Unix time; with several workers, the oldest).",
         (), {"multiprocess_mode": "livemin"}),
@@ -265,6 +285,31 @@ class Metrics:
         self.m["reload_ok"].set(1 if ok else 0)
         if ok:
             self.m["config_loaded"].set_to_current_time()
+
+    def file_stored(self, purpose: str, size: int) -> None:
+        if self.enabled:
+            self._child("files_stored", purpose).inc()
+            self._child("file_bytes", purpose).inc(size)
+
+    def file_deleted(self) -> None:
+        if self.enabled:
+            self.m["files_deleted"].inc()
+
+    def batch_status(self, status: str) -> None:
+        if self.enabled:
+            self._child("batches", status).inc()
+
+    def batch_line(self, operation: str, ok: bool) -> None:
+        if self.enabled:
+            self._child("batch_lines", operation, "completed" if ok else "failed").inc()
+
+    def batch_lines_add(self, n: int) -> None:
+        if self.enabled:
+            self.m["batch_lines_inflight"].inc(n)
+
+    def batches_running_add(self, n: int) -> None:
+        if self.enabled:
+            self.m["batches_running"].inc(n)
 
     # ------------------------------------------------------------ exposition
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -377,6 +378,8 @@ async def _attempts(
 ) -> tuple[C, T]:
     """The plan's attempts: the call that answered and its answer (else the error). A Portkey
     config's requests learn what answered, and after how many retries (also when nothing did)."""
+    if inbound.background:
+        prepare = _in_background(prepare)
     outcome = await inbound.runtime.attempts.run(plan, prepare, send, inbound.receive, record)
     if plan.portkey and outcome.used is not None:
         reply.add_headers(
@@ -387,6 +390,13 @@ async def _attempts(
             ]
         )
     return outcome.result()
+
+
+def _in_background(prepare: Prepare[C]) -> Prepare[C]:
+    def background(leaf: Leaf, target: Target) -> C:
+        return prepare(leaf, replace(target, background=True))
+
+    return background
 
 
 def _headers(base: RawHeaders, dropped: tuple[str, ...]) -> RawHeaders:

@@ -105,6 +105,8 @@ class FilesConfig:
 @dataclass(frozen=True, slots=True)
 class BatchesConfig:
     max_concurrency: int = 16  # lines in flight, all batches together
+    # Lines in flight while live requests are being served: batch work yields to them.
+    live_concurrency: int = 1
     poll_s: float = 0.5  # how often the runner looks for batches with work left
     window_s: int | None = None  # instead of the completion window's 24 h (tests, operators)
     lease_s: float = 30.0  # a runner that stops renewing loses its batches to another after it
@@ -336,6 +338,7 @@ def _metrics(m: Mapping[str, Any]) -> MetricsConfig:
 
 
 STORE_SCHEMES = ("file", "s3", "gs", "az", "memory")
+MIN_LEASE_S = 1.0
 
 
 def _files(f: Mapping[str, Any]) -> FilesConfig:
@@ -352,11 +355,17 @@ def _batches(b: Mapping[str, Any]) -> BatchesConfig:
     known(b, "batches", BatchesConfig.__dataclass_fields__)
     d = BatchesConfig()
     window = b.get("window_s")
+    most = integer(b.get("max_concurrency", d.max_concurrency), "batches.max_concurrency", 1)
+    live = integer(b.get("live_concurrency", d.live_concurrency), "batches.live_concurrency", 1)
+    if live > most:
+        raise ConfigError("batches.live_concurrency", f"at most max_concurrency ({most})")
+    lease = number(b.get("lease_s", d.lease_s), "batches.lease_s")
+    if lease < MIN_LEASE_S:  # renewed every sixth of it, checked every quarter second
+        raise ConfigError("batches.lease_s", f"at least {MIN_LEASE_S:g} seconds")
     return BatchesConfig(
-        max_concurrency=integer(
-            b.get("max_concurrency", d.max_concurrency), "batches.max_concurrency", 1
-        ),
+        max_concurrency=most,
+        live_concurrency=live,
         poll_s=number(b.get("poll_s", d.poll_s), "batches.poll_s"),
         window_s=None if window is None else integer(window, "batches.window_s", 1),
-        lease_s=number(b.get("lease_s", d.lease_s), "batches.lease_s"),
+        lease_s=lease,
     )

@@ -36,7 +36,7 @@ class RedisBackend:
 
     def __init__(self, cfg: RateLimitConfig) -> None:
         timeout = cfg.timeout_ms / 1000
-        self._client = _connect(cfg, timeout)
+        self._client = connect(cfg, timeout)
         script = resources.files(__package__).joinpath("admit.lua").read_text()
         self._script = self._client.register_script(script)
         self._timeout = timeout * 2  # a whole call: connect, then send and answer
@@ -128,13 +128,7 @@ class RedisBackend:
         return out
 
     async def _drop_connections(self) -> None:
-        """After a failure the pooled connections may all be dead (a restarted Redis): drop
-        them, so that the next call, the breaker's probe, opens a fresh one. (A Cluster client
-        rediscovers its nodes by itself.)"""
-        pool = getattr(self._client, "connection_pool", None)
-        if pool is not None:
-            with contextlib.suppress(Exception):
-                await pool.disconnect()
+        await drop_connections(self._client)
 
     async def _refresh_loop(self) -> None:
         """Held slots are leases: refreshed while their requests run, gone if we vanish."""
@@ -154,7 +148,17 @@ class RedisBackend:
         await self._drop_connections()
 
 
-def _connect(cfg: RateLimitConfig, timeout: float) -> aioredis.Redis | aioredis.RedisCluster:
+async def drop_connections(client: aioredis.Redis | aioredis.RedisCluster) -> None:
+    """After a failure the pooled connections may all be dead (a restarted Redis): drop
+    them, so that the next call (the breaker's probe) opens a fresh one. (A Cluster client
+    rediscovers its nodes by itself.)"""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        with contextlib.suppress(Exception):
+            await pool.disconnect()
+
+
+def connect(cfg: RateLimitConfig, timeout: float) -> aioredis.Redis | aioredis.RedisCluster:
     """No retries and short timeouts, on a pool that waits for a free connection rather than
     failing (the batching keeps at most MAX_IN_FLIGHT calls out anyway)."""
     common: dict[str, Any] = {

@@ -52,6 +52,7 @@ T = TypeVar("T")
 SELF_SET = ("model", "prompt", "stream", "max_tokens", "n")
 CHAT_SELF_SET = ("model", "messages", "stream")
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs
+BACKGROUND_PRIORITY = 1 << 32  # added to a batch line's priority
 CHAT = "chat"  # the gateway's name for a generating model's chat
 # What a caller hears when the engine's model cannot do the endpoint's task.
 WRONG_TASK: Mapping[str, str] = {
@@ -130,7 +131,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
             policy=target.unsupported_params,
             skip=SELF_SET,
         )
-        body = applied.body
+        body = _queued(applied.body, target)
         beam = bool(body.get("use_beam_search"))
         # Beam search: n beams, the n best returned (vLLM's beam_width), neither ranked nor
         # repeated.
@@ -161,7 +162,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
             policy=target.unsupported_params,
             skip=CHAT_SELF_SET,
         )
-        plan = chat.plan(applied.body, request, self.max_logprobs)
+        plan = chat.plan(_queued(applied.body, target), request, self.max_logprobs)
         self._check_media(request, target)
         front = self.engine.chat if self.engine.ready() else None
         if front is not None:  # vLLM's own checks, before any work (else when it is sent)
@@ -181,7 +182,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         )
         if self.engine.ready():  # a refused `dimensions` comes out before any work
             pooling.verified(applied.body, self.engine.llm.model_config)
-        plan = EngineEmbedding(applied.body, request.encoding_format, request)
+        plan = EngineEmbedding(_queued(applied.body, target), request.encoding_format, request)
         return Prepared(target, applied.dropped, plan)
 
     def _check_media(self, request: ChatRequest, target: Target) -> None:
@@ -381,3 +382,12 @@ def _document(
         completion = usage["completion_tokens"] * plan.fan.copies
         usage = output.usage(usage["prompt_tokens"], completion)
     return {"choices": choices, "usage": usage}
+
+
+def _queued(body: dict[str, Any], target: Target) -> dict[str, Any]:
+    """A batch's line waits behind every live request: its priority (lower is sooner, the
+    request's own, 0 by default) moved past any a live request can have in practice. The engine
+    schedules by priority (`scheduling_policy: priority`, its default here)."""
+    if target.background:
+        body["priority"] = body.get("priority", 0) + BACKGROUND_PRIORITY
+    return body

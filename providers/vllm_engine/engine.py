@@ -135,8 +135,11 @@ class Engine:
 
 
 def engine_args(settings: EngineSettings) -> dict[str, Any]:
-    """AsyncEngineArgs keywords: the configured ones, the model, and Mirostat's processor."""
+    """AsyncEngineArgs keywords: the configured ones, the model, and Mirostat's processor.
+    Requests are scheduled by priority unless configured otherwise: a batch's lines come after
+    live requests (with vLLM's `fcfs`, priorities are ignored)."""
     return {
+        "scheduling_policy": "priority",
         **settings.engine_args,
         "model": settings.model,
         "logits_processors": [LOGITS_PROCESSOR],

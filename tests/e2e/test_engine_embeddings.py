@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import math
 import struct
 from collections.abc import Iterator, Sequence
@@ -26,8 +27,10 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 
+from tests.e2e.batches import finished, lines_of, until
 from tests.e2e.metrics_text import scrape
 from tests.gateway_proc import GatewayProcess
 from tests.vllm_proc import MODEL_DIR, VLLM_ENV, VllmServer, require_vllm
@@ -66,6 +69,8 @@ models:
   embed: {{endpoint: embeddings, targets: [{{provider: pool}}]}}
   embed-server: {{endpoint: embeddings, targets: [{{provider: server, model: tiny}}]}}
   embed-text: {{targets: [{{provider: pool}}]}}
+files: {{store: "{store}"}}
+batches: {{poll_s: 0.05}}
 """
 
 
@@ -93,6 +98,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
             window=WINDOW,
             matryoshka=list(MATRYOSHKA),
             url=server.url,
+            store=workdir / "files",
         )
         with GatewayProcess(text, workdir, env=VLLM_ENV, timeout=ENGINE_READY_TIMEOUT_S) as gw:
             yield Pool(server, gw)
@@ -288,3 +294,31 @@ def test_metrics_count_embeddings_by_operation(pool: Pool, client: openai.OpenAI
     vectors(client, "embed", TEXTS)
     after = scrape(pool.gateway.url)
     assert after.delta(before, "gateway_requests_total", **labels) == 1
+
+
+# ---------------------------------------------------------------- batches
+
+
+def test_an_embeddings_batch_on_the_engine(client: openai.OpenAI) -> None:
+    """Each line embedded by the engine as the same request sent live is."""
+    lines = [
+        {
+            "custom_id": f"e{i}",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": "embed", "input": text, "encoding_format": "float"},
+        }
+        for i, text in enumerate(TEXTS)
+    ]
+    content = b"\n".join(orjson.dumps(line) for line in lines)
+    made = client.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=made.id, endpoint="/v1/embeddings", completion_window="24h"
+    )
+    done = until(client, batch.id, finished)
+    assert done.status == "completed" and done.error_file_id is None
+    out = {x["custom_id"]: x["response"]["body"] for x in lines_of(client, done.output_file_id)}
+    for i, text in enumerate(TEXTS):
+        assert out[f"e{i}"]["model"] == "embed"
+        got = [item["embedding"] for item in out[f"e{i}"]["data"]]
+        assert_close(got, vectors(client, "embed", text, encoding_format="float"))

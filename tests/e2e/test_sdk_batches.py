@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import io
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -16,14 +15,16 @@ import orjson
 import pytest
 from openai.types import Batch
 
+from tests.e2e.batches import completed, finished, lines_of, requests, start, until
 from tests.e2e.support import OPENAI_MODEL, scripted_providers
 from tests.gateway_proc import GatewayProcess
+from tests.upstreams.embeddings import vector
 from tests.upstreams.fakegen import expected_text
 from tests.upstreams.procs import ScriptedUpstream
 
 KEY, OTHER = "sk-batches-one", "sk-batches-two"
-DEADLINE_S = 30.0
 WINDOW_S = 3
+EMBED_MODEL = "text-embedding-3-small"
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,7 @@ auth:
 providers: {providers.decode()}
 models:
   oa: {{targets: [{{provider: oai, model: {OPENAI_MODEL}}}]}}
+  emb: {{endpoint: embeddings, targets: [{{provider: oai, model: {EMBED_MODEL}}}]}}
 files: {{store: "{workdir / "store"}"}}
 batches: {{max_concurrency: 4, poll_s: 0.05}}
 """
@@ -54,56 +56,6 @@ def sdk(
     scripted_openai_server.reset()
     with openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=0) as client:
         yield client
-
-
-def requests(n: int, url: str = "/v1/completions", **body: Any) -> bytes:
-    lines = [
-        {
-            "custom_id": f"req-{i}",
-            "method": "POST",
-            "url": url,
-            "body": {"model": "oa", "prompt": f"Say {i}", "max_tokens": 3, **body},
-        }
-        for i in range(n)
-    ]
-    return b"\n".join(orjson.dumps(line) for line in lines) + b"\n"
-
-
-def until(client: openai.OpenAI, batch_id: str, done: Callable[[Batch], bool]) -> Batch:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        batch = client.batches.retrieve(batch_id)
-        if done(batch):
-            return batch
-        time.sleep(0.05)
-    raise AssertionError(f"batch {batch_id} still {batch.status}")
-
-
-def _completed(batch: Batch) -> int:
-    return batch.request_counts.completed if batch.request_counts is not None else 0
-
-
-def _completed(batch: Batch) -> int:
-    return batch.request_counts.completed if batch.request_counts is not None else 0
-
-
-def finished(batch: Batch) -> bool:
-    return batch.status in ("completed", "failed", "cancelled", "expired")
-
-
-def start(client: openai.OpenAI, content: bytes, endpoint: str = "/v1/completions") -> Batch:
-    made = client.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
-    return client.batches.create(
-        input_file_id=made.id,
-        endpoint=endpoint,  # type: ignore[arg-type]
-        completion_window="24h",
-        metadata={"team": "evals"},
-    )
-
-
-def lines_of(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
-    assert file_id is not None
-    return [orjson.loads(x) for x in client.files.content(file_id).read().splitlines()]
 
 
 def test_a_batch_runs_through_the_pipeline(sdk: openai.OpenAI) -> None:
@@ -148,6 +100,31 @@ def test_chat_batches(sdk: openai.OpenAI) -> None:
     assert {x["response"]["body"]["object"] for x in out} == {"chat.completion"}
 
 
+def test_embeddings_batches(sdk: openai.OpenAI) -> None:
+    lines = [
+        {
+            "custom_id": f"e{i}",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": "emb", "input": f"text {i}", "encoding_format": "float"},
+        }
+        for i in range(3)
+    ]
+    lines.append({**lines[0], "custom_id": "wrong", "body": {"model": "emb", "input": []}})
+    content = b"\n".join(orjson.dumps(x) for x in lines)
+    done = until(sdk, start(sdk, content, "/v1/embeddings").id, finished)
+    assert done.status == "completed"
+    out = {x["custom_id"]: x["response"]["body"] for x in lines_of(sdk, done.output_file_id)}
+    assert sorted(out) == ["e0", "e1", "e2"]
+    for i in range(3):
+        assert out[f"e{i}"]["object"] == "list" and out[f"e{i}"]["model"] == "emb"
+        got = out[f"e{i}"]["data"][0]["embedding"]
+        assert got == pytest.approx(vector(f"text {i}", EMBED_MODEL, None), abs=1e-12)
+    errors = lines_of(sdk, done.error_file_id)
+    assert [(x["custom_id"], x["response"]["status_code"]) for x in errors] == [("wrong", 400)]
+    assert errors[0]["response"]["body"]["error"]["param"] == "input"
+
+
 def test_a_bad_file_fails_the_batch_naming_the_line(sdk: openai.OpenAI) -> None:
     content = requests(2) + b"{oops\n" + requests(1, url="/v1/embeddings").replace(b"req-0", b"x")
     done = until(sdk, start(sdk, content).id, finished)
@@ -165,7 +142,7 @@ def test_cancel_keeps_what_is_done(
 ) -> None:
     scripted_openai_server.script({"delay_ms": 300, "times": -1})
     batch = start(sdk, requests(40))
-    until(sdk, batch.id, lambda b: _completed(b) > 0)
+    until(sdk, batch.id, lambda b: completed(b) > 0)
     cancelling = sdk.batches.cancel(batch.id)
     assert cancelling.status == "cancelling" and cancelling.cancelling_at
     done = until(sdk, batch.id, finished)
@@ -230,7 +207,7 @@ def test_a_gateway_killed_mid_batch_goes_on_where_it_was(
     first = GatewayProcess(config, tmp_path)
     with openai.OpenAI(base_url=first.url + "/v1", api_key=KEY, max_retries=0) as client:
         batch = start(client, requests(40))
-        until(client, batch.id, lambda b: _completed(b) >= 8)
+        until(client, batch.id, lambda b: completed(b) >= 8)
     first.send_signal(signal.SIGKILL)
     first.stop()
     with (

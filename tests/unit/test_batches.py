@@ -1,8 +1,10 @@
 """The Batch API's request and the checks of an input file's lines, as OpenAI makes them: each
-bad line named in `errors.data` with a code, a message, the field and the line number."""
+bad line named in `errors.data` with a code, a message, the field and the line number; and the
+runner's room for lines, which yields to live requests."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -10,6 +12,9 @@ import pytest
 
 from core.batches import MAX_LINES, CreateBatch, check_lines, create_batch
 from core.errors import InvalidRequest
+from gateway import config
+from gateway.batches import Runner
+from gateway.runtime import Runtime
 
 URL = "/v1/chat/completions"
 
@@ -88,3 +93,47 @@ def test_an_empty_file_and_too_many_lines() -> None:
     many = (line(str(i)) for i in range(MAX_LINES + 1))
     checked = check_lines(many, URL)
     assert [(e["code"], e["line"]) for e in checked.errors] == [("too_many_lines", MAX_LINES + 1)]
+
+
+# ---------------------------------------------------------------- the runner's room for lines
+
+
+async def holders(
+    runner: Runner, n: int, release: asyncio.Event
+) -> tuple[list[int], list[asyncio.Task[None]]]:
+    """n lines asking for a slot, each holding it until `release`; how many got one so far."""
+    got: list[int] = []
+
+    async def line(i: int) -> None:
+        async with runner.line_slot():
+            got.append(i)
+            await release.wait()
+
+    tasks = [asyncio.create_task(line(i)) for i in range(n)]
+    for _ in range(10):  # let every task run up to its wait
+        await asyncio.sleep(0)
+    return got, tasks
+
+
+@pytest.mark.asyncio
+async def test_lines_yield_to_live_requests() -> None:
+    """`max_concurrency` lines in flight while nothing else is served; while a live request is,
+    new lines wait until fewer than `live_concurrency` are in flight."""
+    text = "auth: {keys: []}\nbatches: {max_concurrency: 3, live_concurrency: 1}\n"
+    rt = Runtime.build(config.parse(text))
+    runner = Runner(lambda: rt)
+    release = asyncio.Event()
+    got, tasks = await holders(runner, 5, release)
+    assert got == [0, 1, 2]  # idle: max_concurrency
+    rt.inflight = 1  # a live request arrives
+    release.set()
+    await asyncio.sleep(0)
+    release.clear()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert got == [0, 1, 2, 3]  # the other waits: one line at a time while live work is served
+    rt.inflight = 0
+    release.set()
+    await asyncio.gather(*tasks)
+    assert got == [0, 1, 2, 3, 4]
+    await runner.leases.aclose()

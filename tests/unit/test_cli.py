@@ -154,6 +154,24 @@ def test_check_config_reads_gateway_config_without_a_path(tmp_path: Path) -> Non
     assert run.returncode == 0 and run.stdout.startswith(f"{path}: ok"), run.stderr
 
 
+def test_check_config_checks_the_file_store(tmp_path: Path) -> None:
+    """The store is checked as the server would use it, without storing anything; where the
+    batches' leases are is said."""
+    path = tmp_path / "gateway.yaml"
+    store = tmp_path / "files"
+    path.write_text(
+        f"providers: {{}}\nmodels: {{}}\nfiles: {{store: {store}}}\n"
+        "rate_limit: {backend: redis}\n"
+    )
+    run = gateway("check-config", str(path))
+    assert run.returncode == 0, run.stderr
+    assert f"files and batches in the directory {store} (made when" in run.stdout
+    assert "batch leases in Redis" in run.stdout and not store.exists()
+    path.write_text("providers: {}\nmodels: {}\nfiles: {store: 'az://'}\n")
+    run = gateway("check-config", str(path))
+    assert run.returncode == 1 and "config error: files.store: not a usable store" in run.stderr
+
+
 @pytest.mark.parametrize("value", ["-1", "nan", "soon"])
 def test_shutdown_timeout_must_be_seconds(value: str) -> None:
     run = gateway("serve", "--shutdown-timeout", value)

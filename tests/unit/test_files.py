@@ -20,7 +20,7 @@ from core.errors import (
 from core.files import ListQuery, list_query, upload
 from gateway import config
 from gateway.batchstore import BatchStore
-from gateway.filestore import FileStore, file_object, owner_of
+from gateway.filestore import FileStore, check_store, file_object, owner_of
 from gateway.http import Message
 from gateway.uploads import Form, file_bytes, parser_for
 
@@ -93,6 +93,39 @@ def test_the_files_block() -> None:
         with pytest.raises(ConfigError) as exc:
             config.parse(base + block)
         assert exc.value.path.startswith(path)
+
+
+def test_the_batches_block() -> None:
+    base = "auth: {keys: []}\n"
+    assert config.parse(base).batches == config.BatchesConfig()
+    parsed = config.parse(base + "batches: {max_concurrency: 8, live_concurrency: 2}").batches
+    assert (parsed.max_concurrency, parsed.live_concurrency) == (8, 2)
+    parsed = config.parse(base + "batches: {max_concurrency: 2, window_s: 60, lease_s: 5}").batches
+    assert (parsed.max_concurrency, parsed.window_s, parsed.lease_s) == (2, 60, 5)
+    for block, path in (
+        ("batches: {max_concurrency: 0}", "batches.max_concurrency"),
+        ("batches: {max_concurrency: 2, live_concurrency: 3}", "batches.live_concurrency"),
+        ("batches: {live_concurrency: 0}", "batches.live_concurrency"),
+        ("batches: {lease_s: 0.5}", "batches.lease_s"),
+        ("batches: {poll_s: 0}", "batches.poll_s"),
+        ("batches: {window_s: 1.5}", "batches.window_s"),
+        ("batches: {every: 1}", "batches"),
+    ):
+        with pytest.raises(ConfigError) as exc:
+            config.parse(base + block)
+        assert exc.value.path.startswith(path), block
+
+
+def test_check_store_stores_nothing(tmp_path: Path) -> None:
+    assert "made when the first file is stored" in check_store(str(tmp_path / "a" / "b"))
+    assert not (tmp_path / "a").exists()
+    assert check_store(str(tmp_path)) == f"the directory {tmp_path}"
+    assert check_store("memory:///") == "the object store memory:///"
+    (tmp_path / "file").write_text("")
+    for bad in (str(tmp_path / "file"), str(tmp_path / "file" / "x"), "s3://", "ftp://x"):
+        with pytest.raises(ConfigError) as exc:
+            check_store(bad)
+        assert exc.value.path == "files.store" and "\n" not in exc.value.message
 
 
 # ---------------------------------------------------------------- the store
@@ -184,24 +217,6 @@ def record(batch_id: str = "batch_0001") -> Any:
 
 
 @pytest.mark.asyncio
-async def test_one_runner_holds_a_batch_until_its_lease_lapses(tmp_path: Path) -> None:
-    store = BatchStore(FileStore(str(tmp_path), max_bytes=10))
-    mine = record()
-    await store.save(mine)
-    assert await store.claim(mine, "a", ttl_s=60)
-    assert await store.claim(mine, "a", ttl_s=60)  # its own lease
-    assert not await store.claim(mine, "b", ttl_s=60)
-    assert not await store.renew(mine, "b", ttl_s=60)
-    assert await store.renew(mine, "a", ttl_s=-1)  # now lapsed
-    assert await store.claim(mine, "b", ttl_s=60)  # taken over
-    assert not await store.renew(mine, "a", ttl_s=60)
-    await store.release(mine, "a")  # not a's any more: stays
-    assert not await store.claim(mine, "c", ttl_s=60)
-    await store.release(mine, "b")
-    assert await store.claim(mine, "c", ttl_s=60)
-
-
-@pytest.mark.asyncio
 async def test_records_lines_and_cancel_markers(tmp_path: Path) -> None:
     store = BatchStore(FileStore(str(tmp_path), max_bytes=10))
     one, two = record("batch_0001"), record("batch_0002")
@@ -226,16 +241,6 @@ async def test_records_lines_and_cancel_markers(tmp_path: Path) -> None:
     assert await store.cancel_requested(one) is None
     await store.request_cancel(one, 123)
     assert await store.cancel_requested(one) == 123
-
-
-def test_the_batches_block() -> None:
-    base = "auth: {keys: []}\n"
-    assert config.parse(base).batches == config.BatchesConfig()
-    parsed = config.parse(base + "batches: {max_concurrency: 2, window_s: 60, lease_s: 5}").batches
-    assert (parsed.max_concurrency, parsed.window_s, parsed.lease_s) == (2, 60, 5)
-    with pytest.raises(ConfigError) as exc:
-        config.parse(base + "batches: {max_concurrency: 0}")
-    assert exc.value.path == "batches.max_concurrency"
 
 
 @pytest.mark.asyncio

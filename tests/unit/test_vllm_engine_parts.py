@@ -109,6 +109,7 @@ def test_the_provider_is_registered_and_built_without_vllm() -> None:
 def test_engine_args_always_load_the_mirostat_processor() -> None:
     args = engine_args(SETTINGS)
     assert args == {
+        "scheduling_policy": "priority",  # a batch's lines after live requests
         "max_model_len": 64,
         "model": "./models/tiny",
         "logits_processors": [LOGITS_PROCESSOR],
