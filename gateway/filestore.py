@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator
@@ -51,7 +50,8 @@ def open_store(location: str, path: str = "files.store") -> ObjectStore:
 def check_store(location: str) -> str:
     """What `files.store` names, checked without storing anything: an object store URL that
     its library accepts (settings it reads from the environment included), or a directory that
-    exists or can be made. ConfigError otherwise."""
+    exists or has no file in its way. ConfigError otherwise. (Whether this process may write
+    there is not asked: the check may run elsewhere than the server, as a deployment's does.)"""
     if "://" in location:
         open_store(location)
         return f"the object store {location}"
@@ -59,7 +59,7 @@ def check_store(location: str) -> str:
     if directory.is_dir():
         return f"the directory {directory}"
     parent = next(p for p in directory.parents if p.exists())
-    if directory.exists() or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+    if directory.exists() or not parent.is_dir():
         raise ConfigError("files.store", f"{directory} is not a directory that can be made")
     return f"the directory {directory} (made when the first file is stored)"
 
