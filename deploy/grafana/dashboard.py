@@ -21,6 +21,7 @@ SEL = 'job=~"$job"'  # every query is limited to the chosen scrape jobs
 MODEL = f'{SEL}, model=~"$model"'
 GENAI_MODEL = f'{SEL}, gen_ai_request_model=~"$model"'
 RI = "$__rate_interval"
+RANGE = "$__range"  # the dashboard's time range
 
 
 def quantiles(
@@ -117,6 +118,25 @@ ROWS: list[tuple[str, list[tuple[str, str, str, int, list[tuple[str, str]]]]]] =
            f"(increase(gateway_circuit_transitions_total{{{SEL}}}[{RI}]))",
            "{{provider}}/{{upstream_model}} → {{state}}")]),
     ]),
+    ("Files and batches", [
+        ("Files stored/s by purpose, deleted/s", "timeseries", "short", 12,
+         [(f"sum by (purpose) (rate(gateway_files_stored_total{{{SEL}}}[{RI}]))", "{{purpose}}"),
+          (f"sum(rate(gateway_files_deleted_total{{{SEL}}}[{RI}]))", "deleted")]),
+        ("Bytes stored/s by purpose", "timeseries", "Bps", 12,
+         [(f"sum by (purpose) (rate(gateway_file_bytes_stored_total{{{SEL}}}[{RI}]))",
+           "{{purpose}}")]),
+        # Over the dashboard's range: batches are few and long, a rate of them says little.
+        ("Batches entering each status (time range)", "stat", "short", 8,
+         [(f"sum by (status) (increase(gateway_batches_total{{{SEL}}}[{RANGE}]))",
+           "{{status}}")]),
+        ("Batch lines/s by operation and outcome", "timeseries", "short", 8,
+         [(f"sum by (operation, outcome) (rate(gateway_batch_lines_total{{{SEL}}}[{RI}]))",
+           "{{operation}} {{outcome}}")]),
+        ("Batch lines in flight, batches running by pod", "timeseries", "short", 8,
+         [(f"sum by (instance) (gateway_batch_lines_in_flight{{{SEL}}})",
+           "{{instance}} lines"),
+          (f"sum by (instance) (gateway_batches_running{{{SEL}}})", "{{instance}} batches")]),
+    ]),
     ("Process", [
         ("CPU (cores) by pod", "timeseries", "short", 8,
          [(f"sum by (instance) (rate(process_cpu_seconds_total{{{SEL}}}[{RI}]))",
@@ -204,8 +224,8 @@ def dashboard() -> dict[str, Any]:
     return {
         "uid": UID,
         "title": "Completions gateway",
-        "description": "Traffic, latency, tokens, rate limits and upstream health of the "
-        "OpenAI-compatible completions gateway (deploy/grafana/dashboard.py).",
+        "description": "Traffic, latency, tokens, rate limits, upstream health, files and "
+        "batches of the OpenAI-compatible completions gateway (deploy/grafana/dashboard.py).",
         "tags": ["completions-gateway", "llm"],
         "timezone": "browser",
         "schemaVersion": 39,

@@ -2,7 +2,8 @@
 its ci/*-values.yaml: it lints; every object validates strictly against the Kubernetes schemas
 (the oldest and newest release the chart supports; the Prometheus Operator's for its CRDs); the
 config it renders passes `gateway check-config` with the environment the pod would have; and
-the pieces fit together (probes, ports, selectors, grace period, Redis wiring, checksums)."""
+the pieces fit together (probes, ports, selectors, grace period, Redis wiring, the file store,
+checksums)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ EXISTING_SECRETS = {
     "gateway-credentials": {"GATEWAY_API_KEY": "sk-team-a", "OPENAI_API_KEY": "sk-oa",
                             "FIREWORKS_API_KEY": "fw-key"},
     "redis-credentials": {"url": "redis://:pw@redis.cache:6379/0"},
+    "gateway-s3": {"AWS_ACCESS_KEY_ID": "AKIA0", "AWS_SECRET_ACCESS_KEY": "s3-secret",
+                   "AWS_REGION": "eu-west-1"},
 }  # fmt: skip
 
 
@@ -59,7 +62,8 @@ def rendered(chart: helm.Chart) -> dict[str, Objects]:
 
 
 def test_the_values_files_cover_the_deployments_the_chart_supports() -> None:
-    wanted = {"default", "autoscaling", "external-redis", "in-cluster-redis", "existing-secret"}
+    wanted = {"default", "autoscaling", "external-redis", "in-cluster-redis", "existing-secret",
+              "object-store"}  # fmt: skip
     assert wanted <= set(VALUES_FILES)
 
 
@@ -335,6 +339,76 @@ def test_the_chart_secret_generates_a_key_unless_given(chart: helm.Chart) -> Non
     assert key not in gateway_config(render(chart, {}))  # only in the Secret
 
 
+# ---------------------------------------------------------------- files and batches
+
+
+def files_volume(objs: Objects) -> tuple[str | None, dict[str, Any] | None]:
+    """Where the gateway container mounts the `files` volume, and that volume."""
+    pod = objs[("Deployment", FULLNAME)]["spec"]["template"]["spec"]
+    mounts = [m["mountPath"] for m in container(objs)["volumeMounts"] if m["name"] == "files"]
+    volumes = [v for v in pod["volumes"] if v["name"] == "files"]
+    assert len(mounts) == len(volumes) <= 1
+    return (mounts[0], volumes[0]) if mounts else (None, None)
+
+
+def strategy(objs: Objects) -> str:
+    return str(objs[("Deployment", FULLNAME)]["spec"]["strategy"]["type"])
+
+
+def test_the_default_store_is_a_directory_on_a_volume_claim(
+    chart: helm.Chart, rendered: dict[str, Objects]
+) -> None:
+    objs = rendered["default"]
+    cfg = yaml.safe_load(gateway_config(objs))
+    mount, volume = files_volume(objs)
+    assert mount is not None and volume is not None
+    assert Path(cfg["files"]["store"]).is_relative_to(mount)  # the gateway writes on the volume
+    claim = volume["persistentVolumeClaim"]["claimName"]
+    pvc = objs[("PersistentVolumeClaim", claim)]["spec"]
+    assert pvc["accessModes"] == ["ReadWriteOnce"] and pvc["resources"]["requests"]["storage"]
+    assert "storageClassName" not in pvc  # the cluster's default class
+    assert strategy(objs) == "Recreate"  # the volume attaches to one node
+    assert cfg["files"]["max_bytes"] == 209715200
+    assert cfg["batches"] == {
+        "max_concurrency": 16,
+        "live_concurrency": 1,
+        "poll_s": 0.5,
+        "lease_s": 30,
+    }
+    # Someone else's claim: mounted, none made; no persistence: an emptyDir, rolled as before.
+    nfs = {"existingClaim": "files-nfs", "accessModes": ["ReadWriteMany"]}
+    objs = render(chart, {"files": {"persistence": nfs}})
+    claimed = {"name": "files", "persistentVolumeClaim": {"claimName": "files-nfs"}}
+    assert files_volume(objs)[1] == claimed
+    assert not any(kind == "PersistentVolumeClaim" for kind, _ in objs)
+    assert strategy(objs) == "RollingUpdate"
+    objs = render(chart, {"files": {"persistence": {"enabled": False}}})
+    assert files_volume(objs)[1] == {"name": "files", "emptyDir": {}}
+    assert not any(kind == "PersistentVolumeClaim" for kind, _ in objs)
+    assert strategy(objs) == "RollingUpdate"
+
+
+def test_several_pods_share_an_object_store(rendered: dict[str, Objects]) -> None:
+    objs = rendered["object-store"]
+    assert {"secretRef": {"name": "gateway-s3"}} in container(objs)["envFrom"]
+    assert pod_env(objs)["AWS_SECRET_ACCESS_KEY"] == "s3-secret"
+    assert files_volume(objs) == (None, None)
+    assert not any(kind == "PersistentVolumeClaim" for kind, _ in objs)
+    assert strategy(objs) == "RollingUpdate"
+    cfg = yaml.safe_load(gateway_config(objs))
+    assert cfg["files"] == {"store": "s3://gateway-files/llm", "max_bytes": 104857600}
+    assert cfg["batches"] == {
+        "max_concurrency": 32,
+        "live_concurrency": 1,
+        "poll_s": 0.5,
+        "lease_s": 60,
+    }
+    assert cfg["rate_limit"]["backend"] == "redis" and cfg["rate_limit"]["replicas"] == 3
+    for name in ("in-cluster-redis", "autoscaling"):  # the other multi-pod values: gs://, az://
+        assert "://" in yaml.safe_load(gateway_config(rendered[name]))["files"]["store"]
+        assert files_volume(rendered[name]) == (None, None)
+
+
 # ---------------------------------------------------------------- monitoring objects
 
 
@@ -365,6 +439,10 @@ def test_monitoring_objects(rendered: dict[str, Objects]) -> None:
 # ---------------------------------------------------------------- refused values
 
 
+# What several pods need: a shared store, and Redis to lease batches through.
+SHARED = {"files": {"store": "s3://b/p"}, "redis": {"enabled": True}}
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -376,12 +454,23 @@ def test_monitoring_objects(rendered: dict[str, Objects]) -> None:
         ({"config": {"models": None}}, "/config"),
         ({"secret": {"env": {"BAD-NAME": "x"}}}, "/secret/env"),
         ({"redis": {"enabled": True}, "externalRedis": {"url": "redis://r:6379"}}, "exclusive"),
-        ({"autoscaling": {"enabled": True, "minReplicas": 4, "maxReplicas": 2}}, "minReplicas"),
+        ({"autoscaling": {"enabled": True, "minReplicas": 4, "maxReplicas": 2}, **SHARED},
+         "minReplicas"),
         ({"gateway": {"maxRequestSeconds": 300}}, "config.models.default: its total timeout"),
         ({"config": {"models": {"x": {"targets": [{"provider": "vllm"}], "timeout_s": 900}}}},
          "config.models.x: its total timeout (900 s) is above gateway.maxRequestSeconds (600 s)"),
-        ({"autoscaling": {"enabled": True}, "resources": {"requests": {"cpu": None}}},
+        ({"autoscaling": {"enabled": True}, "resources": {"requests": {"cpu": None}}, **SHARED},
          "resources.requests.cpu"),
+        ({"files": {"store": "data/files"}}, "/files/store"),
+        ({"batches": {"pollSeconds": 0}}, "/batches/pollSeconds"),
+        ({"config": {"batches": {"poll_s": 1}}}, "config.batches: set the chart's batches values"),
+        ({"replicaCount": 2}, "files.store /var/lib/gateway/files is a directory, one pod's own: "
+         "with replicaCount 2, use an object-store URL (s3://, gs://, az://) and the redis "
+         "rate-limit backend"),
+        ({"autoscaling": {"enabled": True}}, "with autoscaling (up to 10 pods), use an "
+         "object-store URL"),
+        ({"replicaCount": 2, "files": {"store": "s3://b/p"}},
+         "with replicaCount 2, batches are leased through Redis"),
     ],
 )  # fmt: skip
 def test_bad_values_are_refused_naming_them(
@@ -397,6 +486,7 @@ def test_notes_say_how_to_connect(chart: helm.Chart) -> None:
     assert f"port-forward svc/{FULLNAME}" in text
     assert "GATEWAY_API_KEY" in text and "base_url=" in text
     assert "counted by each pod alone" in text
+    assert f"/var/lib/gateway/files (PersistentVolumeClaim {FULLNAME}-files)" in text
     shared = notes(chart, values_of("autoscaling"))
     assert "shared by all pods through Redis" in shared and "limit / 12" in shared
 

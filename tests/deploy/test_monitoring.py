@@ -1,9 +1,10 @@
 """The Grafana dashboard (deploy/grafana) and the alert rules (deploy/prometheus), checked
 against the real thing: promtool parses every rule and every dashboard query; then a real
 gateway serves traffic of every kind (streams, rate-limit refusals, upstream 5xx, an
-unreachable provider, an open circuit, a dead Redis), a real Prometheus scrapes it and
-evaluates the rules, and each metric and label the queries use must be one /metrics exports,
-each dashboard query must return data, and the alerts for what went wrong must fire."""
+unreachable provider, an open circuit, a dead Redis, a batch of an uploaded file), a real
+Prometheus scrapes it and evaluates the rules, and each metric and label the queries use must
+be one /metrics exports, each dashboard query must return data, and the alerts for what went
+wrong must fire."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ ALERTS = REPO_ROOT / "deploy" / "prometheus" / "alerts.yaml"
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "dashboard.json"
 GENERATOR = REPO_ROOT / "deploy" / "grafana" / "dashboard.py"
 # Grafana's variables, as a query with every value selected reads them.
-VARIABLES = {"$__rate_interval": "1m", "$job": ".*", "$model": ".*"}
+VARIABLES = {"$__rate_interval": "1m", "$__range": "1h", "$job": ".*", "$model": ".*"}
 TARGET_LABELS = {"job", "instance"}  # added by Prometheus to every scraped series
 JOB = "completions-gateway"
 FULL_KEY, LIMITED_KEY = "sk-monitoring-full", "sk-monitoring-limited"
@@ -157,6 +158,12 @@ DASHBOARD_TOPICS = {
     "upstream errors": "gateway_upstream_errors_total",
     "circuit states": "gateway_circuit_state",
     "in flight": "gateway_inflight_requests",
+    "files stored": "gateway_files_stored_total",
+    "bytes stored": "gateway_file_bytes_stored_total",
+    "batches by status": "gateway_batches_total",
+    "batch lines by outcome": "gateway_batch_lines_total",
+    "batch lines in flight": "gateway_batch_lines_in_flight",
+    "batches running": "gateway_batches_running",
 }
 ALERT_TOPICS = {
     "error rate": "gateway_requests_total",
@@ -196,7 +203,7 @@ class Observed:
     prometheus: httpx.Client
 
 
-def gateway_config(upstream: ScriptedUpstream, redis_url: str) -> str:
+def gateway_config(upstream: ScriptedUpstream, redis_url: str, store: Path) -> str:
     oai = scripted_providers(upstream.url, "http://127.0.0.1:1/v1")["oai"]
     return yaml.safe_dump({
         "auth": {"keys": [
@@ -216,6 +223,8 @@ def gateway_config(upstream: ScriptedUpstream, redis_url: str) -> str:
         "circuit_breaker": {"failures": 2, "cooldown_s": 3600},
         "rate_limit": {"backend": "redis", "redis_url": redis_url, "on_backend_error": "local",
                        "timeout_ms": 200, "breaker": {"failures": 1, "cooldown_s": 3600}},
+        "files": {"store": str(store)},
+        "batches": {"poll_s": 0.05},
     })  # fmt: skip
 
 
@@ -238,6 +247,30 @@ def traffic(gw: GatewayProcess) -> None:
                     list(out)
             except openai.APIError:
                 pass
+
+
+def batch_traffic(gw: GatewayProcess) -> None:
+    """A file uploaded, a batch of it run to its end (a line that completes, one refused),
+    the input file deleted: every files and batches metric has its series."""
+    lines = [
+        {"custom_id": "ok", "method": "POST", "url": "/v1/completions",
+         "body": {"model": "ok", "prompt": "hello", "max_tokens": 8}},
+        {"custom_id": "refused", "method": "POST", "url": "/v1/completions",
+         "body": {"model": "ok", "prompt": "hello", "temperature": 5}},
+    ]  # fmt: skip
+    content = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key=FULL_KEY, max_retries=0) as client:
+        made = client.files.create(file=("in.jsonl", content), purpose="batch")
+        batch = client.batches.create(
+            input_file_id=made.id, endpoint="/v1/completions", completion_window="24h"
+        )
+        deadline = time.monotonic() + POLL_S
+        while batch.status in ("validating", "in_progress", "finalizing"):
+            assert time.monotonic() < deadline, f"batch {batch.id} still {batch.status}"
+            time.sleep(0.1)
+            batch = client.batches.retrieve(batch.id)
+        assert batch.status == "completed", batch.errors
+        client.files.delete(made.id)
 
 
 def start_prometheus(workdir: Path, gateway_port: int) -> ServerProcess:
@@ -293,9 +326,10 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
     with (
         start_scripted("openai", api_key=OPENAI_TEST_KEY) as upstream,
         RedisServer() as redis,
-        GatewayProcess(gateway_config(upstream, redis.url), workdir) as gw,
+        GatewayProcess(gateway_config(upstream, redis.url, workdir / "files"), workdir) as gw,
     ):
         traffic(gw)  # Redis up: limits shared, refusals decided in Redis
+        batch_traffic(gw)
         with (
             start_prometheus(workdir, gw.port) as prometheus,
             httpx.Client(base_url=prometheus.url, timeout=10.0, trust_env=False) as prom,

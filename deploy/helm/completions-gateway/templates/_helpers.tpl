@@ -75,9 +75,41 @@ app.kubernetes.io/component: redis
 {{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.maxReplicas }}{{ else }}{{ .Values.replicaCount }}{{ end }}
 {{- end }}
 
+{{/* Is files.store a directory in the pod (not an object store URL)? */}}
+{{- define "gateway.localStore" -}}
+{{- if not (regexMatch "^[a-z0-9]+://" .Values.files.store) }}true{{ end }}
+{{- end }}
+
+{{/* The PersistentVolumeClaim mounted at the store's directory, if any. */}}
+{{- define "gateway.filesClaim" -}}
+{{- if and (include "gateway.localStore" .) .Values.files.persistence.enabled }}
+{{- default (printf "%s-files" (include "gateway.fullname" .)) .Values.files.persistence.existingClaim }}
+{{- end }}
+{{- end }}
+
+{{/* Several pods share files and batches only through an object store, and lease batches
+     through the rate limiter's Redis: refuse what would split them per pod. */}}
+{{- define "gateway.checkFiles" -}}
+{{- range $block := list "files" "batches" }}
+{{- if hasKey $.Values.config $block }}
+{{- fail (printf "config.%s: set the chart's %s values instead (the chart renders them and mounts the store)" $block $block) }}
+{{- end }}
+{{- end }}
+{{- $pods := ternary (printf "autoscaling (up to %v pods)" .Values.autoscaling.maxReplicas) (printf "replicaCount %v" .Values.replicaCount) .Values.autoscaling.enabled }}
+{{- $many := or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}
+{{- if and $many (include "gateway.localStore" .) }}
+{{- fail (printf "files.store %s is a directory, one pod's own: with %s, use an object-store URL (s3://, gs://, az://) and the redis rate-limit backend (redis.enabled or externalRedis)" .Values.files.store $pods) }}
+{{- end }}
+{{- $backend := (default dict .Values.config.rate_limit).backend }}
+{{- if and $many (not (include "gateway.redisWired" .)) (ne (toString $backend) "redis") }}
+{{- fail (printf "with %s, batches are leased through Redis: use the redis rate-limit backend (redis.enabled or externalRedis)" $pods) }}
+{{- end }}
+{{- end }}
+
 {{/* The gateway's config.yaml: the user's config plus what the deployment decides (listen
-     address and port; the Redis the chart wires up). */}}
+     address and port; the Redis the chart wires up; files and batches). */}}
 {{- define "gateway.config" -}}
+{{- include "gateway.checkFiles" . }}
 {{- $cfg := deepCopy .Values.config }}
 {{- $server := deepCopy (default dict $cfg.server) }}
 {{- $_ := set $server "host" "0.0.0.0" }}
@@ -90,6 +122,13 @@ app.kubernetes.io/component: redis
 {{- $_ := set $limits "replicas" (int (include "gateway.maxPods" .)) }}
 {{- $_ := set $cfg "rate_limit" $limits }}
 {{- end }}
+{{- $_ := set $cfg "files" (dict "store" .Values.files.store "max_bytes" (int64 .Values.files.maxBytes)) }}
+{{- $b := .Values.batches }}
+{{- $batches := dict "max_concurrency" (int $b.maxConcurrency) "live_concurrency" (int $b.liveConcurrency) "poll_s" $b.pollSeconds "lease_s" $b.leaseSeconds }}
+{{- if not (kindIs "invalid" $b.windowSeconds) }}
+{{- $_ := set $batches "window_s" (int $b.windowSeconds) }}
+{{- end }}
+{{- $_ := set $cfg "batches" $batches }}
 {{- toYaml $cfg }}
 {{- end }}
 
