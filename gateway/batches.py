@@ -42,7 +42,7 @@ from gateway import service
 from gateway.auth import Principal
 from gateway.batchstore import ACTIVE, BatchStore, Record, lease_name
 from gateway.context import Ids, Inbound, Reply
-from gateway.filestore import file_object, owner_of
+from gateway.filestore import file_object, new_file_id, owner_of
 from gateway.http import JSON_HEADERS, Message
 from gateway.leases import leases_for
 from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
@@ -422,22 +422,37 @@ class Run:
         )
 
     async def _files(self, expired: list[Line]) -> tuple[str | None, str | None]:
-        """The output and error files; `expired`: the lines of an expired batch, of which those
-        without an answer are listed as expired."""
-        ok: list[bytes] = []
-        failed: list[bytes] = []
+        """The output and error files, streamed from the stored answers (a file is made only if
+        it has a line); `expired`: the lines of an expired batch, of which those without an
+        answer are listed as expired."""
+        ids = self.record.get("files")
+        if ids is None:
+            ids = self.record["files"] = {"output": new_file_id(), "error": new_file_id()}
+            await self.store.save(self.record)
         answered: set[int] = set()
+        ok = _Counter(self._stored(True, answered))
+        output = await self._file(ok, ids["output"], "output")
+        failed = _Counter(self._unanswered(expired, answered))
+        errors = await self._file(failed, ids["error"], "error")
+        counts = self.batch["request_counts"]
+        counts["completed"], counts["failed"] = ok.count, failed.count
+        return output, errors
+
+    async def _stored(self, succeeded: bool, answered: set[int]) -> AsyncIterator[bytes]:
+        """The stored answers that succeeded (or failed), in line order; `answered` gets every
+        stored line's number."""
         async for number, answer in self.store.answers(self.record):
-            status = orjson.loads(answer)["response"]["status_code"]
-            (ok if status == 200 else failed).append(answer + b"\n")
             answered.add(number)
+            if (orjson.loads(answer)["response"]["status_code"] == 200) == succeeded:
+                yield answer + b"\n"
+
+    async def _unanswered(self, expired: list[Line], answered: set[int]) -> AsyncIterator[bytes]:
+        """The failed answers, then the expired lines without one."""
+        async for answer in self._stored(False, set()):
+            yield answer
         for line in expired:
             if line.number not in answered:
-                failed.append(orjson.dumps(self._expired(line)) + b"\n")
-        completed, failed_count = len(ok), len(failed)
-        counts = self.batch["request_counts"]
-        counts["completed"], counts["failed"] = completed, failed_count
-        return await self._file(ok, "output"), await self._file(failed, "error")
+                yield orjson.dumps(self._expired(line)) + b"\n"
 
     def _expired(self, line: Line) -> dict[str, Any]:
         return {
@@ -451,11 +466,12 @@ class Run:
             },
         }
 
-    async def _file(self, lines: list[bytes], kind: str) -> str | None:
-        if not lines:
+    async def _file(self, lines: _Counter, file_id: str, kind: str) -> str | None:
+        first = await lines.first()
+        if first is None:
             return None
         owner = self.record["owner"]
-        file_id, size = await self.rt.files.put(owner, _chunks(lines))
+        _, size = await self.rt.files.put(owner, lines.rest(first), file_id)
         name = f"{self.batch['id']}_{kind}.jsonl"
         await self.rt.files.describe(owner, file_object(file_id, size, name, BATCH_OUTPUT, None))
         self.rt.metrics.file_stored(BATCH_OUTPUT, size)
@@ -464,6 +480,26 @@ class Run:
     async def _failed(self, errors: list[LineError]) -> None:
         self.batch["errors"] = {"object": "list", "data": errors}
         await self._enter("failed")
+
+
+class _Counter:
+    """A file's lines as they are written, counted; `first()` tells whether there is any."""
+
+    def __init__(self, lines: AsyncIterator[bytes]) -> None:
+        self._lines = lines
+        self.count = 0
+
+    async def first(self) -> bytes | None:
+        async for line in self._lines:
+            self.count = 1
+            return line
+        return None
+
+    async def rest(self, first: bytes) -> AsyncIterator[bytes]:
+        yield first
+        async for line in self._lines:
+            self.count += 1
+            yield line
 
 
 class _Captured:
@@ -494,11 +530,6 @@ async def _split(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         for line in whole:
             yield line
     yield rest
-
-
-async def _chunks(lines: list[bytes]) -> AsyncIterator[bytes]:
-    for line in lines:
-        yield line
 
 
 def _wait_s(limited: RateLimited) -> float:

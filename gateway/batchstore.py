@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import obstore
 import orjson
@@ -24,6 +24,9 @@ class Record(TypedDict):
     batch: BatchObject
     key_id: str  # the key it was created with: its lines run as that key's requests
     owner: str
+    # The output and error files' ids, chosen before they are written: a runner that dies while
+    # writing them writes the same files again, not a second pair.
+    files: NotRequired[dict[str, str]]
 
 
 class BatchStore:

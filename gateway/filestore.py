@@ -64,6 +64,11 @@ def check_store(location: str) -> str:
     return f"the directory {directory} (made when the first file is stored)"
 
 
+def new_file_id() -> str:
+    # Ids sort as the files were made (a listing's order within one second of created_at).
+    return f"{ID_PREFIX}{time.time_ns():016x}{secrets.token_hex(4)}"
+
+
 def owner_of(key_id: str) -> str:
     return hashlib.sha256(key_id.encode()).hexdigest()[:32]
 
@@ -91,13 +96,16 @@ class FileStore:
                 raise ServiceUnavailable(f"The file store cannot be used: {exc.message}") from None
         return self._store
 
-    async def put(self, owner: str, content: AsyncIterator[bytes]) -> tuple[str, int]:
-        """Stream `content` in as a new file's bytes; its id and size. Past `max_bytes` a 413,
-        and nothing is kept."""
-        # Ids sort as the files were made (a listing's order within one second of created_at).
-        file_id = f"{ID_PREFIX}{time.time_ns():016x}{secrets.token_hex(4)}"
+    async def put(
+        self, owner: str, content: AsyncIterator[bytes], file_id: str | None = None
+    ) -> tuple[str, int]:
+        """Stream `content` in as a file's bytes; its id and size. An upload (no `file_id`: a
+        new one) past `max_bytes` is a 413, and nothing is kept; the gateway's own files (their
+        id chosen beforehand, so that writing one again replaces it) are not bounded."""
+        bound = self.max_bytes if file_id is None else None
+        file_id = file_id or new_file_id()
         path = f"{owner}/{file_id}.data"
-        counted = _Counted(content, self.max_bytes)
+        counted = _Counted(content, bound)
         try:
             await obstore.put_async(self.store, path, counted.chunks())
         except BaseException:  # too large, the caller gone, the store failing: nothing is kept
@@ -165,9 +173,9 @@ class FileStore:
 
 
 class _Counted:
-    """An upload's bytes, counted on the way into the store."""
+    """A file's bytes, counted on the way into the store (and bounded, for an upload)."""
 
-    def __init__(self, content: AsyncIterator[bytes], limit: int) -> None:
+    def __init__(self, content: AsyncIterator[bytes], limit: int | None) -> None:
         self._content = content
         self._limit = limit
         self.size = 0
@@ -175,7 +183,7 @@ class _Counted:
     async def chunks(self) -> AsyncIterator[bytes]:
         async for chunk in self._content:
             self.size += len(chunk)
-            if self.size > self._limit:
+            if self._limit is not None and self.size > self._limit:
                 raise PayloadTooLarge(
                     f"The file exceeds the limit of {self._limit} bytes (files.max_bytes).",
                     param="file",

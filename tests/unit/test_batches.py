@@ -5,6 +5,7 @@ runner's room for lines, which yields to live requests."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -12,8 +13,10 @@ import pytest
 
 from core.batches import MAX_LINES, CreateBatch, check_lines, create_batch
 from core.errors import InvalidRequest
+from core.files import ListQuery
 from gateway import config
-from gateway.batches import Runner
+from gateway.batches import Run, Runner
+from gateway.batchstore import BatchStore
 from gateway.runtime import Runtime
 
 URL = "/v1/chat/completions"
@@ -136,4 +139,36 @@ async def test_lines_yield_to_live_requests() -> None:
     release.set()
     await asyncio.gather(*tasks)
     assert got == [0, 1, 2, 3, 4]
+    await runner.leases.aclose()
+
+
+# ---------------------------------------------------------------- the output files
+
+
+@pytest.mark.asyncio
+async def test_output_files_written_again_replace_the_first(tmp_path: Path) -> None:
+    """A runner that dies while writing a batch's files writes the same two again (their ids
+    are in the record beforehand), whatever their size (the upload limit is not theirs)."""
+    text = f"auth: {{keys: []}}\nfiles: {{store: {tmp_path}, max_bytes: 10}}\n"
+    rt = Runtime.build(config.parse(text))
+    runner = Runner(lambda: rt)
+    record: Any = {
+        "batch": {"id": "batch_01", "status": "in_progress", "request_counts": {}},
+        "key_id": "k",
+        "owner": "o",
+    }
+    store = BatchStore(rt.files)
+    await store.save(record)
+    for number, status in ((1, 200), (2, 400), (3, 200)):
+        answer = {"custom_id": f"c{number}", "response": {"status_code": status, "body": "x" * 50}}
+        await store.put_line(record, number, orjson.dumps(answer))
+    run = Run(runner, record)
+    first = await run._files([])
+    again = await Run(runner, await store.load("o", "batch_01"))._files([])
+    assert first == again and None not in first
+    listed, _ = await rt.files.listing("o", ListQuery(None, 100, "asc", None))
+    assert sorted(f["id"] for f in listed) == sorted(first)  # two files, not four
+    output = b"".join([piece async for piece in await rt.files.content("o", first[0])])
+    assert [orjson.loads(x)["custom_id"] for x in output.splitlines()] == ["c1", "c3"]
+    assert record["batch"]["request_counts"] == {"completed": 2, "failed": 1}
     await runner.leases.aclose()
