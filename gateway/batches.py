@@ -40,10 +40,10 @@ from core.files import BATCH_OUTPUT
 from core.wire import parse_json
 from gateway import service
 from gateway.auth import Principal
-from gateway.batchstore import ACTIVE, BatchStore, Record, lease_name
+from gateway.batchstore import ACTIVE, Answer, BatchStore, Record, lease_name
 from gateway.context import Ids, Inbound, Reply
 from gateway.filestore import file_object, new_file_id, owner_of
-from gateway.http import JSON_HEADERS, Message
+from gateway.http import JSON_HEADERS, Message, caller_stays
 from gateway.leases import leases_for
 from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
 from gateway.runtime import Runtime
@@ -57,6 +57,7 @@ SERVED: Mapping[str, tuple[Serve, str]] = {
 }
 RATE_LIMIT_WAIT_S = 1.0  # when a refusal does not say how long to wait
 RENEWALS = 6  # a lease is renewed this many times in its term
+CHUNK = 256 * 1024  # an output file is written in pieces of about this size
 
 # ---------------------------------------------------------------- the API
 
@@ -239,6 +240,8 @@ class Runner:
         async with self._room:
             await self._room.wait_for(self._has_room)
             self._lines += 1
+            if self._has_room():
+                self._room.notify()  # room for more (live traffic ended): the next waiter
         metrics = self.runtime().metrics
         metrics.batch_lines_add(1)
         try:
@@ -247,11 +250,11 @@ class Runner:
             metrics.batch_lines_add(-1)
             async with self._room:
                 self._lines -= 1
-                self._room.notify_all()
+                self._room.notify()
 
     def _has_room(self) -> bool:
-        """Checked when a line ends (the only time a waiter's answer can change from no to yes:
-        with no line in flight there is always room)."""
+        """Asked when a line ends, one waiter at a time (with no line in flight there is always
+        room, so someone always asks again)."""
         rt = self._runtime()
         limits = rt.config.batches
         return self._lines < (limits.live_concurrency if rt.inflight else limits.max_concurrency)
@@ -277,6 +280,7 @@ class Run:
         self.rt = runner.runtime()
         self.store = BatchStore(self.rt.files)
         self.lost = False  # another runner took the batch over (this one stalled past its lease)
+        self.answers = _Answers(self.store, record)
 
     async def carry_out(self) -> None:
         lines = await self._lines()
@@ -340,32 +344,33 @@ class Run:
         answer = {
             "id": f"batch_req_{self.runner.next_id()}",
             "custom_id": line.custom_id,
+            # The body as the gateway wrote it, not parsed and written again.
             "response": {"status_code": status, "request_id": request_id, "body": body},
             "error": None,
         }
-        await self.store.put_line(self.record, line.number, orjson.dumps(answer))
+        await self.answers.put(line.number, status == 200, orjson.dumps(answer))
         counts = self.batch["request_counts"]
         counts["completed" if status == 200 else "failed"] += 1
         self.rt.metrics.batch_line(SERVED[self.batch["endpoint"]][1], status == 200)
 
-    async def _answer(self, line: Line, request_id: str) -> tuple[int, Any]:
+    async def _answer(self, line: Line, request_id: str) -> tuple[int, orjson.Fragment]:
         """The line served as its key's live request would be: its status and JSON body. A rate
         limit makes it wait and try again."""
         serve, operation = SERVED[self.batch["endpoint"]]
         body = line.body()
         if body.get("stream"):
             refused = InvalidRequest("A batch's requests cannot stream.", param="stream")
-            return refused.status, refused.body()
+            return refused.status, orjson.Fragment(orjson.dumps(refused.body()))
         while True:
             rt = self.runner.runtime()
             principal = rt.auth.principal(self.record["key_id"])
             if principal is None:
                 gone = NotFound("The batch's API key is no longer configured.", param="key")
-                return gone.status, gone.body()
+                return gone.status, orjson.Fragment(orjson.dumps(gone.body()))
             captured = _Captured()
             reply = Reply(captured.send)
             inbound = Inbound(
-                rt, "POST", self.batch["endpoint"], {}, "batch", self.runner.ids, _never,
+                rt, "POST", self.batch["endpoint"], {}, "batch", self.runner.ids, caller_stays,
                 background=True,
             )  # fmt: skip
             record = RequestRecord(time.perf_counter(), operation=operation)
@@ -379,7 +384,7 @@ class Run:
             except Exception as exc:
                 log.exception("batch line %s failed", line.number)
                 await reply.error(internal(exc))
-            return captured.status, orjson.loads(captured.body or b"null")
+            return captured.status, orjson.Fragment(captured.body or b"null")
 
     async def _watch_status(self, stop: asyncio.Event) -> None:
         """Every quarter second: the counts so far saved, and a cancel or the window's end
@@ -441,9 +446,9 @@ class Run:
     async def _stored(self, succeeded: bool, answered: set[int]) -> AsyncIterator[bytes]:
         """The stored answers that succeeded (or failed), in line order; `answered` gets every
         stored line's number."""
-        async for number, answer in self.store.answers(self.record):
+        async for number, ok, answer in self.store.answers(self.record):
             answered.add(number)
-            if (orjson.loads(answer)["response"]["status_code"] == 200) == succeeded:
+            if ok == succeeded:
                 yield answer + b"\n"
 
     async def _unanswered(self, expired: list[Line], answered: set[int]) -> AsyncIterator[bytes]:
@@ -482,6 +487,37 @@ class Run:
         await self._enter("failed")
 
 
+class _Answers:
+    """Lines' answers stored together: each line waits for the write that holds its answer (a
+    group commit: while one write is out, the answers that finish meanwhile gather for the
+    next), so a line is done only once its answer is stored, at one write for many lines."""
+
+    def __init__(self, store: BatchStore, record: Record) -> None:
+        self._store = store
+        self._record = record
+        self._pending: list[tuple[Answer, asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def put(self, number: int, ok: bool, answer: bytes) -> None:
+        stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(((number, ok, answer), stored))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+        await asyncio.shield(stored)  # a line cancelled while waiting leaves the write alone
+
+    async def _write(self) -> None:
+        while self._pending:
+            taken, self._pending = self._pending, []
+            try:
+                await self._store.put_answers(self._record, [answer for answer, _ in taken])
+            except Exception as exc:
+                for _, stored in taken:
+                    stored.set_exception(exc)
+            else:
+                for _, stored in taken:
+                    stored.set_result(None)
+
+
 class _Counter:
     """A file's lines as they are written, counted; `first()` tells whether there is any."""
 
@@ -496,10 +532,17 @@ class _Counter:
         return None
 
     async def rest(self, first: bytes) -> AsyncIterator[bytes]:
-        yield first
+        """The lines, `first` the first, in pieces of about CHUNK bytes (a write per piece)."""
+        piece = [first]
+        size = len(first)
         async for line in self._lines:
             self.count += 1
-            yield line
+            piece.append(line)
+            size += len(line)
+            if size >= CHUNK:
+                yield b"".join(piece)
+                piece, size = [], 0
+        yield b"".join(piece)
 
 
 class _Captured:
@@ -514,12 +557,6 @@ class _Captured:
             self.status = message["status"]
         elif message["type"] == "http.response.body":
             self.body += message.get("body", b"")
-
-
-async def _never() -> Message:
-    """A batch line's caller never leaves."""
-    await asyncio.Event().wait()
-    return {"type": "http.disconnect"}
 
 
 async def _split(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

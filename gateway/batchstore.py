@@ -1,11 +1,14 @@
 """Where batches live, in the file store's object store: each batch's record
 (`batches/<owner>/<id>.json`: its `batch` object and the key it runs for) and each finished
-line's answer (`batches/<owner>/<id>/<line>.json`), written as it happens, so that a gateway
-started again goes on where it was and runs no finished line twice."""
+line's answer (under `batches/<owner>/<id>/`, the lines that finished together in one object),
+stored before the line counts as done, so that a gateway started again goes on where it was and
+runs no finished line twice."""
 
 from __future__ import annotations
 
 import contextlib
+import secrets
+import time
 from collections.abc import AsyncIterator
 from typing import NotRequired, TypedDict
 
@@ -18,6 +21,10 @@ from gateway.filestore import FileStore
 ROOT = "batches"
 UNDER_WAY = "batches-under-way"  # one empty object per batch with work left: what runners list
 ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
+
+
+# A finished line's answer: its number, whether it succeeded (a 200) and its JSON.
+Answer = tuple[int, bool, bytes]
 
 
 class Record(TypedDict):
@@ -94,32 +101,30 @@ class BatchStore:
             return None
         return int(bytes(await found.bytes_async()))
 
-    async def put_line(self, record: Record, number: int, answer: bytes) -> None:
-        path = f"{self._lines(record)}{number:06d}.json"
-        await obstore.put_async(self.files.store, path, answer)
+    async def put_answers(self, record: Record, answers: list[Answer]) -> None:
+        """Finished lines' answers, stored together as one object (`<line> <0|1> <answer>` a
+        line, 1: it succeeded): one write for many lines, named so that no two writes, of any
+        runner, share a name."""
+        body = b"".join(b"%d %d %s\n" % (number, ok, answer) for number, ok, answer in answers)
+        name = f"{time.time_ns():020d}-{secrets.token_hex(4)}.answers"
+        await obstore.put_async(self.files.store, self._lines(record) + name, body)
 
     async def finished(self, record: Record) -> set[int]:
         """The lines whose answers are stored."""
-        done: set[int] = set()
+        return {number async for number, _, _ in self.answers(record)}
+
+    async def answers(self, record: Record) -> AsyncIterator[Answer]:
+        """The stored answers, each line's once (a line run again after a runner lost its lease
+        may have two: the first found stands), as they are read."""
+        seen: set[int] = set()
         async for batch in obstore.list(self.files.store, prefix=self._lines(record)):
             for meta in batch:
-                done.add(int(meta["path"].rsplit("/", 1)[1].removesuffix(".json")))
-        return done
-
-    async def answers(self, record: Record) -> AsyncIterator[tuple[int, bytes]]:
-        """The stored answers, in line order."""
-        for number in sorted(await self.finished(record)):
-            found = await obstore.get_async(
-                self.files.store, f"{self._lines(record)}{number:06d}.json"
-            )
-            yield number, bytes(await found.bytes_async())
-
-    async def forget_lines(self, record: Record) -> None:
-        for number in await self.finished(record):
-            with contextlib.suppress(FileNotFoundError):
-                await obstore.delete_async(
-                    self.files.store, f"{self._lines(record)}{number:06d}.json"
-                )
+                found = await obstore.get_async(self.files.store, meta["path"])
+                for entry in bytes(await found.bytes_async()).splitlines():
+                    number, ok, answer = entry.split(b" ", 2)
+                    if int(number) not in seen:
+                        seen.add(int(number))
+                        yield int(number), ok == b"1", answer
 
     @staticmethod
     def _marker(record: Record) -> str:

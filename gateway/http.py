@@ -79,12 +79,20 @@ async def send_error(send: Send, err: GatewayError, extra: RawHeaders) -> None:
     await send_bytes(send, err.status, error_json(err), error_headers(err, extra))
 
 
+async def caller_stays() -> Message:
+    """The `receive` of a request whose caller never leaves (a batch's line): no watch."""
+    await asyncio.Event().wait()
+    return {"type": "http.disconnect"}
+
+
 async def until_disconnect(coro: Awaitable[T], receive: Receive) -> T:
     """Await `coro`; if the caller disconnects first, cancel it (which closes the upstream
     request it is waiting on) and raise ClientGone. Needs the body to be read already.
 
     One watcher task per call: it cancels the awaiting task, which is cheaper than running
     `coro` in a task of its own and waiting on both."""
+    if receive is caller_stays:
+        return await coro
     task = asyncio.current_task()
     assert task is not None
     gone = False

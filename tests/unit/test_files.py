@@ -228,10 +228,12 @@ async def test_records_lines_and_cancel_markers(tmp_path: Path) -> None:
     ]
     assert await store.load("o", "batch_0001") == one
     assert await store.load("o", "../x") is None and await store.load("p", "batch_0001") is None
-    await store.put_line(one, 3, b"three")
-    await store.put_line(one, 1, b"one")
-    assert await store.finished(one) == {1, 3}
-    assert [n async for n, _ in store.answers(one)] == [1, 3]
+    await store.put_answers(one, [(3, True, b'"three"'), (1, False, b'"one"')])
+    await store.put_answers(one, [(4, True, b'"four"'), (1, True, b'"one again"')])  # run twice
+    assert await store.finished(one) == {1, 3, 4}
+    answers = [answer async for answer in store.answers(one)]
+    assert len(answers) == 3 and (3, True, b'"three"') in answers
+    assert (4, True, b'"four"') in answers
     assert await store.finished(two) == set()
     assert await store.under_way() == []  # saved "in_progress", never "validating": not new
     await store.save({**two, "batch": {"id": "batch_0002", "status": "validating"}})
