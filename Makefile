@@ -91,12 +91,14 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # The gateway vs direct on a mock upstream (completions, chat and embeddings), the rate limiters'
-# cost (none, memory, redis), then the in-process engine vs vLLM's own server (completions, chat,
-# then embeddings on a pooling model).
+# cost (none, memory, redis), the Batch API (lines/s vs live requests/s, live traffic during a
+# batch), then the in-process engine vs vLLM's own server (completions, chat, then embeddings on
+# a pooling model).
 bench: install
 	@./scripts/debs.sh $(BENCH_DEBS)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/limiter.py
+	$(BIN)/python bench/batch.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/engine.py --endpoint chat
 	$(BIN)/python bench/engine_embeddings.py

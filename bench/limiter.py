@@ -40,7 +40,7 @@ from run import (
     free_port,
     gateway_command,
     measure,
-    measured,
+    measured_report,
     probe,
     start_mock,
     wait_ready,
@@ -176,8 +176,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    runs = measured("gateway-bench-limiter-", lambda tmp: bench(args, tmp))
-    return runs if isinstance(runs, int) else report(runs, args)
+    return measured_report("gateway-bench-limiter-", args, lambda tmp: bench(args, tmp), report)
 
 
 if __name__ == "__main__":

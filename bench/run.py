@@ -637,10 +637,20 @@ def measured(prefix: str, work: Callable[[Path], T]) -> T | int:
         return 130
 
 
+def measured_report(
+    prefix: str,
+    args: argparse.Namespace,
+    work: Callable[[Path], T],
+    report: Callable[[T, argparse.Namespace], int],
+) -> int:
+    """`measured`, then the report of what it measured: the exit code either way."""
+    out = measured(prefix, work)
+    return out if isinstance(out, int) else report(out, args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    runs = measured("gateway-bench-", lambda tmp: bench(args, tmp))
-    return runs if isinstance(runs, int) else report(runs, args)
+    return measured_report("gateway-bench-", args, lambda tmp: bench(args, tmp), report)
 
 
 if __name__ == "__main__":
