@@ -257,7 +257,7 @@ class Runner:
         room, so someone always asks again)."""
         rt = self._runtime()
         limits = rt.config.batches
-        return self._lines < (limits.live_concurrency if rt.inflight else limits.max_concurrency)
+        return self._lines < (limits.live_concurrency if rt.live else limits.max_concurrency)
 
     def runtime(self) -> Runtime:
         return self._runtime()

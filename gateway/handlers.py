@@ -75,6 +75,7 @@ async def _inference(inbound: Inbound, reply: Reply, serve: Serve, operation: st
     rt = inbound.runtime
     record = RequestRecord(time.perf_counter(), operation=operation)
     rt.metrics.inflight_add(1)
+    rt.live += 1
     try:
         principal = rt.auth.authenticate(inbound.headers)
         for name in UNSUPPORTED_HEADERS:
@@ -89,6 +90,7 @@ async def _inference(inbound: Inbound, reply: Reply, serve: Serve, operation: st
         _failed(record, exc, reply.status)
         raise
     finally:
+        rt.live -= 1
         rt.metrics.inflight_add(-1)
         rt.metrics.observe(record)
 

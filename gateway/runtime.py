@@ -45,6 +45,7 @@ class Runtime:
     created: int = field(default_factory=lambda: int(time.time()))
     started: bool = False
     inflight: int = 0  # requests begun on this runtime and not over (GatewayApp counts them)
+    live: int = 0  # of those, inference requests: batch work yields to them (gateway.batches)
     idle: asyncio.Event | None = None  # swapped out: set once `inflight` is 0 (drained())
 
     @classmethod

@@ -5,9 +5,12 @@ end, and ownership."""
 
 from __future__ import annotations
 
+import functools
 import io
 import signal
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
@@ -15,7 +18,8 @@ import orjson
 import pytest
 from openai.types import Batch
 
-from tests.e2e.batches import completed, finished, lines_of, requests, start, until
+from tests.e2e.batches import DEADLINE_S, completed, finished, lines_of, requests, start, until
+from tests.e2e.metrics_text import scrape
 from tests.e2e.support import OPENAI_MODEL, scripted_providers
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.embeddings import vector
@@ -153,6 +157,34 @@ def test_cancel_keeps_what_is_done(
     assert len({x["custom_id"] for x in out}) == len(out)
     with pytest.raises(openai.BadRequestError):
         sdk.batches.cancel(batch.id)
+
+
+def test_a_batch_yields_to_live_requests(gateway: GatewayProcess, sdk: openai.OpenAI) -> None:
+    """max_concurrency (4) lines in flight while nothing else is served; while a live request
+    is, new lines wait until fewer than live_concurrency (1) are; then 4 again."""
+    slow = requests(40, prompt="Say __sleep_200__")
+    batch = start(sdk, slow)
+    in_flight = functools.partial(lines_in_flight, gateway)
+    wait_for(lambda: in_flight() == 4)
+    with ThreadPoolExecutor(1) as pool:
+        live = pool.submit(sdk.completions.create, model="oa", prompt="__sleep_3000__")
+        wait_for(lambda: in_flight() <= 1)  # the lines out when it came finish, none follow
+        seen = {in_flight() for _ in range(20)}
+        assert not live.done() and seen <= {0, 1}, seen
+        live.result()
+    wait_for(lambda: in_flight() == 4)
+    sdk.batches.cancel(batch.id)
+    until(sdk, batch.id, finished)
+
+
+def lines_in_flight(gateway: GatewayProcess) -> float:
+    return scrape(gateway.url).value("gateway_batch_lines_in_flight")
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, "not within the deadline"
 
 
 def test_batches_belong_to_their_key(gateway: GatewayProcess, sdk: openai.OpenAI) -> None:

@@ -128,14 +128,14 @@ async def test_lines_yield_to_live_requests() -> None:
     release = asyncio.Event()
     got, tasks = await holders(runner, 5, release)
     assert got == [0, 1, 2]  # idle: max_concurrency
-    rt.inflight = 1  # a live request arrives
+    rt.live = 1  # a live request arrives
     release.set()
     await asyncio.sleep(0)
     release.clear()
     for _ in range(10):
         await asyncio.sleep(0)
     assert got == [0, 1, 2, 3]  # the other waits: one line at a time while live work is served
-    rt.inflight = 0
+    rt.live = 0
     release.set()
     await asyncio.gather(*tasks)
     assert got == [0, 1, 2, 3, 4]
