@@ -47,6 +47,9 @@ class Field:
     family: Family = OPENAI
     # The known keys of an object field, declared as fields (their own family and check).
     parts: tuple[Field, ...] = ()
+    # Its check goes beyond its JSON types (prompt's forms, messages by role, …): an API
+    # document states the types only, and the rest in words.
+    structured: bool = False
 
 
 def integer(
@@ -90,7 +93,7 @@ def structured(
     name: str, types: tuple[str, ...], check: Validator, *, family: Family = OPENAI
 ) -> Field:
     """A field whose value has a structure of its own, checked by `check`."""
-    return Field(name, types, check, family=family)
+    return Field(name, types, check, family=family, structured=True)
 
 
 def object_of(name: str, *parts: Field, family: Family = OPENAI) -> Field:

@@ -41,6 +41,7 @@ EXACT: dict[str, tuple[Handler, tuple[str, ...]]] = {
     "/livez": (handlers.livez, GET),
     "/readyz": (handlers.readyz, GET),
     "/metrics": (handlers.metrics, GET),
+    "/openapi.json": (handlers.openapi, GET),
 }
 # Paths that carry a parameter after a prefix (a model id may contain slashes).
 PREFIXED: dict[str, tuple[Handler, tuple[str, ...]]] = {

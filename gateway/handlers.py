@@ -1,6 +1,6 @@
 """The HTTP handlers, one per endpoint. Each is short: it authenticates, reads the body and hands
-the request to the service (`gateway.service`), or answers itself (models, health, metrics).
-Errors are raised, and rendered in one place (`Endpoint`).
+the request to the service (`gateway.service`), or answers itself (models, health, metrics, the
+API document). Errors are raised, and rendered in one place (`Endpoint`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from core.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, internal
+from core.openapi import document_json
 from gateway import batches as batches_api
 from gateway import files as files_api
 from gateway import service
@@ -219,6 +220,11 @@ async def metrics(inbound: Inbound, reply: Reply) -> None:
         raise NotFound("Metrics are disabled (metrics.enabled: false).")
     body, ctype = m.render()
     await reply.respond(200, body, [(b"content-type", ctype.encode())])
+
+
+async def openapi(inbound: Inbound, reply: Reply) -> None:
+    """The OpenAPI document (core.openapi), built once per process; no key needed."""
+    await reply.respond(200, document_json(), JSON_HEADERS)
 
 
 async def not_found(inbound: Inbound, reply: Reply) -> None:

@@ -1,0 +1,683 @@
+"""`GET /openapi.json`: the OpenAPI 3.1 document of every endpoint the gateway serves, built from
+the definitions the gateway runs on, so that what is documented and what is served cannot drift.
+
+* Requests: each endpoint's `Declaration` (`COMPLETIONS`, `CHAT`, `EMBEDDINGS`), field by field
+  (`request_schema`): its JSON types, range, options, default and nested keys, its family as
+  `x-family` (`openai`, `extension`: the provider extensions, `vllm`: vLLM's extras), the
+  required ones, and the rules between fields (`CROSS_CHECKS`) in words. A field that is not
+  required may be null: validation takes null as "the default".
+* The Files and Batch APIs' requests from their modules' constants (purposes, windows,
+  endpoints, statuses, ranges).
+* Answers: the TypedDicts of `core.responses`, `core.files` and `core.batches`, converted
+  (`type_schema`); what the gateway stamps on them, and the few answers no type defines, are
+  declared here by hand and say so.
+* Errors: `{"error": {message, type, param, code}}`, its keys those of `GatewayError.body()`, and
+  the error tree's statuses and codes listed from its classes.
+* Authentication: Bearer, `x-portkey-api-key`, `x-portkey-virtual-key` (inference only), and
+  the Portkey routing headers as parameters.
+
+Which paths exist is the gateway's (`gateway.app`'s tables); a test holds the two together, and
+holds each declaration's schema to its validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from importlib import metadata
+from typing import Any
+
+import orjson
+
+from core import batches, files
+from core import responses as r
+from core.chat import CHAT
+from core.chat import CROSS_CHECKS as CHAT_RULES
+from core.completions import COMPLETIONS, RequestLimits
+from core.completions import CROSS_CHECKS as COMPLETION_RULES
+from core.embeddings import EMBEDDINGS
+from core.errors import GatewayError
+from core.fields import Declaration, Field
+
+OPENAPI = "3.1.0"
+REF = "#/components/schemas/"
+Schema = dict[str, Any]
+
+# ---------------------------------------------------------------- requests, from declarations
+
+
+def field_schema(f: Field, required: bool = False) -> Schema:
+    """One declared field as a JSON Schema property. Null is "the default" unless required."""
+    kinds = [*f.type] if required else [*f.type, "null"]
+    schema: Schema = {"type": kinds[0] if len(kinds) == 1 else kinds}
+    if f.options:
+        schema["enum"] = [*f.options] if required else [*f.options, None]
+    if f.lo is not None:
+        schema["exclusiveMinimum" if f.lo_open else "minimum"] = f.lo
+    if f.hi is not None:
+        schema["maximum"] = f.hi
+    if f.default is not None:
+        schema["default"] = f.default
+    if f.parts:
+        schema["properties"] = {p.name: field_schema(p) for p in f.parts}
+        schema["description"] = "Its known keys are checked (null: left alone); others are kept."
+    if f.structured:
+        schema["description"] = (
+            "Its structure is checked as the API defines it, beyond its JSON type; a bad value "
+            "is a 400 whose `param` names the part that is wrong."
+        )
+    schema["x-family"] = f.family.value
+    return schema
+
+
+def request_schema(decl: Declaration, rules: tuple[str, ...] = ()) -> Schema:
+    """A declaration's request body: its fields, its required ones; unknown fields are kept as
+    sent, for the serving target's dialect rules to pass, drop or refuse."""
+    required = set(decl.required)
+    schema: Schema = {
+        "type": "object",
+        "title": decl.name,
+        "required": [*decl.required],
+        "properties": {f.name: field_schema(f, f.name in required) for f in decl.fields},
+        "additionalProperties": True,
+    }
+    text = "Unknown fields are kept as sent: the serving target's dialect passes or refuses them."
+    if rules:
+        text += " Rules between fields: " + " ".join(rules)
+    schema["description"] = text
+    return schema
+
+
+def _limits(*names: str) -> str:
+    """The gateway's bounds (`RequestLimits`) a request is held to beside its fields' ranges."""
+    bounds = ", ".join(
+        f"`{b.name}` {b.default}"
+        for b in dataclasses.fields(RequestLimits)
+        if not names or b.name in names
+    )
+    return f"The gateway's own bounds apply on top (config `server:`, defaults {bounds})."
+
+
+# ---------------------------------------------------------------- answers, from TypedDicts
+
+_SIMPLE: Mapping[object, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+
+
+def type_schema(tp: Any, named: dict[str, Schema]) -> Schema:
+    """A Python type of an answer as JSON Schema: str, int, float, bool, None, list[X],
+    dict[str, X], Literal, unions, Any, and TypedDicts (registered in `named`, referenced)."""
+    if tp in _SIMPLE:
+        return {"type": _SIMPLE[tp]}
+    if tp is Any or tp is object:
+        return {}
+    if typing.is_typeddict(tp):
+        return typed_dict_schema(tp, named)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Required, typing.NotRequired):
+        return type_schema(args[0], named)
+    if origin is list:
+        return {"type": "array", "items": type_schema(args[0], named)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": type_schema(args[1], named)}
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if origin in (typing.Union, types.UnionType):
+        members = [type_schema(a, named) for a in args]
+        if all(m.keys() == {"type"} and isinstance(m["type"], str) for m in members):
+            return {"type": [m["type"] for m in members]}
+        return {"anyOf": members}
+    raise TypeError(f"no JSON Schema for {tp!r}")
+
+
+def typed_dict_schema(td: Any, named: dict[str, Schema]) -> Schema:
+    """A TypedDict as an object schema under its own name. Required keys are worked out from
+    the annotations (`from __future__ import annotations` hides NotRequired from
+    `__required_keys__` before Python 3.12)."""
+    name = td.__name__
+    if name not in named:
+        named[name] = {}  # a placeholder while it is converted (a type may refer to itself)
+        hints = typing.get_type_hints(td, include_extras=True)
+        required = [k for k, tp in hints.items() if _required(tp, td.__total__)]
+        schema: Schema = {
+            "type": "object",
+            "properties": {k: type_schema(tp, named) for k, tp in hints.items()},
+            "required": required,
+        }
+        if td.__doc__ and not td.__doc__.startswith(name + "("):
+            schema["description"] = " ".join(td.__doc__.split())
+        named[name] = schema
+    return {"$ref": REF + name}
+
+
+def _required(tp: Any, total: bool) -> bool:
+    origin = typing.get_origin(tp)
+    if origin is typing.Required:
+        return True
+    if origin is typing.NotRequired:
+        return False
+    return total
+
+
+def _refine(named: dict[str, Schema], name: str, **properties: Schema) -> None:
+    """What a TypedDict states as `str` but the module's constants pin down."""
+    named[name]["properties"].update(properties)
+
+
+def _stamped(named: dict[str, Schema], base: str, kind: str, *, stream: bool = False) -> Schema:
+    """A canonical answer as the caller gets it: the gateway stamps `id`, `object`, `created`
+    and `model` (the caller's alias) on it (gateway.service, gateway.sse: declared here by
+    hand). A stream's content chunks carry `"usage": null` when usage was asked for."""
+    schema = named[base]
+    properties: Schema = {
+        "id": {"type": "string"},
+        "object": {"const": kind},
+        "created": {"type": "integer"},
+        "model": {"type": "string"},
+        **schema["properties"],
+    }
+    if stream:
+        properties["usage"] = {"anyOf": [{"$ref": REF + "Usage"}, {"type": "null"}]}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": ["id", "object", "created", "model", *schema["required"]],
+    }
+
+
+def _list_of(item: Schema, paged: bool) -> Schema:
+    """OpenAI's list shape (hand-declared: the gateway builds it inline)."""
+    schema: Schema = {
+        "type": "object",
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": item}},
+        "required": ["object", "data"],
+    }
+    if paged:
+        for key in ("first_id", "last_id"):
+            schema["properties"][key] = {"type": ["string", "null"]}
+        schema["properties"]["has_more"] = {"type": "boolean"}
+        schema["required"] += ["first_id", "last_id", "has_more"]
+    return schema
+
+
+def answer_schemas() -> dict[str, Schema]:
+    named: dict[str, Schema] = {}
+    for td in (
+        r.Completion,
+        r.Chunk,
+        r.ChatCompletion,
+        r.ChatChunk,
+        r.EmbeddingUsage,
+        files.FileObject,
+        batches.BatchObject,
+        batches.LineError,
+    ):
+        type_schema(td, named)
+    named["CreateCompletionResponse"] = _stamped(named, "Completion", "text_completion")
+    named["CreateCompletionChunk"] = _stamped(named, "Chunk", "text_completion", stream=True)
+    named["CreateChatCompletionResponse"] = _stamped(named, "ChatCompletion", "chat.completion")
+    named["CreateChatCompletionChunk"] = _stamped(
+        named, "ChatChunk", "chat.completion.chunk", stream=True
+    )
+    # core.embeddings.document builds the embeddings answer inline: declared here by hand.
+    named["Embedding"] = {
+        "type": "object",
+        "properties": {
+            "object": {"const": "embedding"},
+            "index": {"type": "integer"},
+            "embedding": {
+                "description": "floats, or (encoding_format base64) little-endian float32s",
+                "anyOf": [{"type": "array", "items": {"type": "number"}}, {"type": "string"}],
+            },
+        },
+        "required": ["object", "index", "embedding"],
+    }
+    embeddings = _list_of({"$ref": REF + "Embedding"}, paged=False)
+    embeddings["properties"]["model"] = {"type": "string"}
+    embeddings["properties"]["usage"] = {"$ref": REF + "EmbeddingUsage"}
+    embeddings["required"] += ["model", "usage"]
+    named["CreateEmbeddingResponse"] = embeddings
+    # The model card (gateway.handlers builds it inline): declared here by hand.
+    named["Model"] = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "model"},
+            "created": {"type": "integer"},
+            "owned_by": {"type": "string"},
+        },
+        "required": ["id", "object", "created", "owned_by"],
+    }
+    named["ListModelsResponse"] = _list_of({"$ref": REF + "Model"}, paged=False)
+    _refine(
+        named,
+        "FileObject",
+        object={"const": "file"},
+        purpose={"enum": [*files.PURPOSES, files.BATCH_OUTPUT]},
+    )
+    named["ListFilesResponse"] = _list_of({"$ref": REF + "FileObject"}, paged=True)
+    # A deletion's answer (gateway.files builds it inline): declared here by hand.
+    named["DeleteFileResponse"] = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "file"},
+            "deleted": {"type": "boolean"},
+        },
+        "required": ["id", "object", "deleted"],
+    }
+    line_errors = _list_of({"$ref": REF + "LineError"}, paged=False)
+    _refine(
+        named,
+        "BatchObject",
+        object={"const": "batch"},
+        endpoint={"enum": [*batches.ENDPOINTS]},
+        completion_window={"enum": [*batches.WINDOWS]},
+        status={"enum": [*batches.STATUSES]},
+        errors={"anyOf": [line_errors, {"type": "null"}]},
+    )
+    named["ListBatchesResponse"] = _list_of({"$ref": REF + "BatchObject"}, paged=True)
+    # The probes' answers (gateway.handlers): declared here by hand.
+    named["Status"] = {
+        "type": "object",
+        "properties": {"status": {"enum": ["ok", "ready", "starting"]}},
+        "required": ["status"],
+    }
+    return named
+
+
+# ---------------------------------------------------------------- Files and Batch API requests
+
+
+def files_schemas() -> dict[str, Schema]:
+    lo, hi = files.EXPIRES_SECONDS
+    return {
+        "CreateFileRequest": {
+            "type": "object",
+            "required": ["file", "purpose"],
+            "properties": {
+                "file": {"type": "string", "contentMediaType": "application/octet-stream"},
+                "purpose": {"enum": [*files.PURPOSES]},
+                "expires_after": {
+                    "type": "object",
+                    "description": "Sent as the form fields `expires_after[anchor]` and "
+                    "`expires_after[seconds]`.",
+                    "required": ["anchor", "seconds"],
+                    "properties": {
+                        "anchor": {"enum": [files.EXPIRES_ANCHOR]},
+                        "seconds": {"type": "integer", "minimum": lo, "maximum": hi},
+                    },
+                },
+            },
+        },
+    }
+
+
+def batches_schemas() -> dict[str, Schema]:
+    return {
+        "CreateBatchRequest": {
+            "type": "object",
+            "required": ["input_file_id", "endpoint", "completion_window"],
+            "properties": {
+                "input_file_id": {"type": "string", "description": "a file of purpose `batch`"},
+                "endpoint": {"enum": [*batches.ENDPOINTS]},
+                "completion_window": {"enum": [*batches.WINDOWS]},
+                "metadata": {
+                    "type": ["object", "null"],
+                    "maxProperties": batches.MAX_METADATA_KEYS,
+                    "propertyNames": {"maxLength": 64},
+                    "additionalProperties": {"type": "string", "maxLength": 512},
+                },
+            },
+        },
+    }
+
+
+# ---------------------------------------------------------------- errors
+
+
+def error_tree() -> Iterator[type[GatewayError]]:
+    """The classes of core.errors' tree (an adapter's own subclasses are its business, and
+    whether they are imported yet must not change the document)."""
+    stack: list[type[GatewayError]] = [GatewayError]
+    while stack:
+        cls = stack.pop()
+        yield cls
+        stack.extend(
+            c for c in reversed(cls.__subclasses__()) if c.__module__ == GatewayError.__module__
+        )
+
+
+def error_statuses() -> dict[int, list[str]]:
+    """Each status of the error tree and the `type`/`code` of the errors that answer it."""
+    found: dict[int, list[str]] = {}
+    for cls in error_tree():
+        what = f"`{cls.type}`" + (f" `{cls.code}`" if cls.code else "")
+        listed = found.setdefault(cls.status, [])
+        if what not in listed:
+            listed.append(what)
+    return dict(sorted(found.items()))
+
+
+def error_schema() -> Schema:
+    nullable = {"param", "code"}
+    keys = GatewayError("").body()["error"].keys()
+    return {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": [*keys],
+                "properties": {
+                    k: {"type": ["string", "null"] if k in nullable else "string"} for k in keys
+                },
+            }
+        },
+    }
+
+
+def _error_responses() -> Schema:
+    listed = error_statuses()
+
+    def response(lo: int, hi: int) -> Schema:
+        rows = "; ".join(f"{s}: {', '.join(w)}" for s, w in listed.items() if lo <= s < hi)
+        return {
+            "description": f"OpenAI's error shape; `param` names the field at fault. {rows}.",
+            "headers": {"x-request-id": {"$ref": "#/components/headers/RequestId"}},
+            "content": {"application/json": {"schema": {"$ref": REF + "Error"}}},
+        }
+
+    return {"ClientError": response(400, 500), "ServerError": response(500, 600)}
+
+
+# ---------------------------------------------------------------- paths
+
+KEY: list[dict[str, list[str]]] = [{"bearerAuth": []}, {"portkeyApiKey": []}]
+# A virtual key names the provider an inference request goes to; the key must list it.
+INFERENCE_KEY = [
+    *KEY,
+    {"bearerAuth": [], "portkeyVirtualKey": []},
+    {"portkeyApiKey": [], "portkeyVirtualKey": []},
+]
+ERRORS = {
+    "4XX": {"$ref": "#/components/responses/ClientError"},
+    "5XX": {"$ref": "#/components/responses/ServerError"},
+}
+HEAD = "HEAD is answered wherever GET is."
+
+
+def _json(schema: str, description: str = "OK") -> Schema:
+    return {
+        "description": description,
+        "headers": {"x-request-id": {"$ref": "#/components/headers/RequestId"}},
+        "content": {"application/json": {"schema": {"$ref": REF + schema}}},
+    }
+
+
+def _op(op_id: str, summary: str, ok: Schema, security: list[Any], **more: Any) -> Schema:
+    return {
+        "operationId": op_id,
+        "summary": summary,
+        "security": security,
+        **more,
+        "responses": {"200": ok, **ERRORS},
+    }
+
+
+def _inference(op_id: str, summary: str, request: str, answer: str, chunk: str | None) -> Schema:
+    ok = _json(answer)
+    if chunk is not None:
+        ok["description"] = (
+            "The answer; with `stream: true`, server-sent events: each `data:` a chunk, then "
+            '`data: [DONE]`. An error after the first byte is an event `data: {"error": …}`.'
+        )
+        ok["content"]["text/event-stream"] = {"schema": {"$ref": REF + chunk}}
+    parameters = [
+        {"$ref": "#/components/parameters/" + p}
+        for p in ("PortkeyConfig", "PortkeyRequestTimeout", "RequestId", "TraceId")
+    ]
+    body = {"required": True, "content": {"application/json": {"schema": {"$ref": REF + request}}}}
+    return _op(op_id, summary, ok, INFERENCE_KEY, parameters=parameters, requestBody=body)
+
+
+def _path_param(name: str, description: str) -> Schema:
+    schema: Schema = {"type": "string"}
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": schema,
+        "description": description,
+    }
+
+
+def _query(name: str, schema: Schema, description: str = "") -> Schema:
+    param: Schema = {"name": name, "in": "query", "required": False, "schema": schema}
+    if description:
+        param["description"] = description
+    return param
+
+
+def paths() -> Schema:
+    completions = (
+        "Create a completion",
+        COMPLETIONS.name,
+        "CreateCompletionResponse",
+        "CreateCompletionChunk",
+    )
+    chat = (
+        "Create a chat completion",
+        CHAT.name,
+        "CreateChatCompletionResponse",
+        "CreateChatCompletionChunk",
+    )
+    embeddings = ("Create embeddings", EMBEDDINGS.name, "CreateEmbeddingResponse", None)
+    out: Schema = {}
+    for path, op_id, spec in (
+        ("/v1/completions", "createCompletion", completions),
+        ("/v1/chat/completions", "createChatCompletion", chat),
+        ("/v1/embeddings", "createEmbedding", embeddings),
+    ):
+        out[path] = {"post": _inference(op_id, *spec)}
+        # The same endpoint without the /v1 prefix.
+        out[path.removeprefix("/v1")] = {"post": _inference(op_id + "Unversioned", *spec)}
+    out["/v1/models"] = {
+        "get": _op(
+            "listModels", "The aliases the caller's key may use", _json("ListModelsResponse"), KEY
+        )
+    }
+    model = _path_param("model", "An alias; it may contain `/` (raw or `%2F`).")
+    out["/v1/models/{model}"] = {
+        "get": _op("retrieveModel", "One alias", _json("Model"), KEY, parameters=[model])
+    }
+    lo, hi = files.LIST_LIMIT
+    upload = {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {"$ref": REF + "CreateFileRequest"},
+                "encoding": {"expires_after": {"style": "deepObject", "explode": True}},
+            }
+        },
+    }
+    out["/v1/files"] = {
+        "post": _op("createFile", "Upload a file", _json("FileObject"), KEY, requestBody=upload),
+        "get": _op(
+            "listFiles",
+            "The caller's files",
+            _json("ListFilesResponse"),
+            KEY,
+            parameters=[
+                _query("purpose", {"type": "string"}),
+                _query("limit", {"type": "integer", "minimum": lo, "maximum": hi, "default": hi}),
+                _query("order", {"enum": [*files.ORDERS], "default": "desc"}),
+                _query("after", {"type": "string"}, "A file id: the page starts after it."),
+            ],
+        ),
+    }
+    file_id = _path_param("file_id", "A file of the caller's key.")
+    out["/v1/files/{file_id}"] = {
+        "get": _op("retrieveFile", "A file", _json("FileObject"), KEY, parameters=[file_id]),
+        "delete": _op(
+            "deleteFile", "Delete a file", _json("DeleteFileResponse"), KEY, parameters=[file_id]
+        ),
+    }
+    content = {
+        "description": "The file's bytes",
+        "content": {
+            "application/octet-stream": {"schema": {"contentMediaType": "application/octet-stream"}}
+        },
+    }
+    out["/v1/files/{file_id}/content"] = {
+        "get": _op("downloadFile", "A file's bytes", content, KEY, parameters=[file_id])
+    }
+    lo, hi = batches.LIST_LIMIT
+    create = {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": REF + "CreateBatchRequest"}}},
+    }
+    limit = {"type": "integer", "minimum": lo, "maximum": hi, "default": batches.DEFAULT_LIST_LIMIT}
+    out["/v1/batches"] = {
+        "post": _op("createBatch", "Create a batch", _json("BatchObject"), KEY, requestBody=create),
+        "get": _op(
+            "listBatches",
+            "The caller's batches, newest first",
+            _json("ListBatchesResponse"),
+            KEY,
+            parameters=[
+                _query("limit", limit),
+                _query("after", {"type": "string"}, "A batch id: the page starts after it."),
+            ],
+        ),
+    }
+    batch_id = _path_param("batch_id", "A batch of the caller's key.")
+    out["/v1/batches/{batch_id}"] = {
+        "get": _op("retrieveBatch", "A batch", _json("BatchObject"), KEY, parameters=[batch_id])
+    }
+    out["/v1/batches/{batch_id}/cancel"] = {
+        "post": _op(
+            "cancelBatch",
+            "Cancel a batch under way",
+            _json("BatchObject"),
+            KEY,
+            parameters=[batch_id],
+        )
+    }
+    out["/livez"] = {"get": _op("livez", "Liveness", _json("Status"), [])}
+    ready = _json("Status", "Ready (503 with `starting` until the providers are up)")
+    out["/readyz"] = {"get": _op("readyz", "Readiness", ready, [])}
+    metrics = {
+        "description": "Prometheus' text format (404 when metrics.enabled is false)",
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    }
+    out["/metrics"] = {"get": _op("metrics", "Metrics", metrics, [])}
+    document = {
+        "description": "This document",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+    out["/openapi.json"] = {"get": _op("openapi", "The OpenAPI document", document, [])}
+    return out
+
+
+# ---------------------------------------------------------------- the document
+
+# Each declaration, the rules between its fields, and the gateway's bounds it is held to.
+REQUESTS: tuple[tuple[Declaration, tuple[str, ...], str], ...] = (
+    (COMPLETIONS, tuple(rule.message for rule in COMPLETION_RULES), _limits()),
+    (CHAT, tuple(rule.message for rule in CHAT_RULES), _limits("max_n", "max_tokens")),
+    (EMBEDDINGS, (), ""),
+)
+
+
+def build() -> Schema:
+    schemas: dict[str, Schema] = {}
+    for decl, rules, limits in REQUESTS:
+        schemas[decl.name] = request_schema(decl, rules)
+        schemas[decl.name]["description"] += " " + limits if limits else ""
+    schemas.update(files_schemas())
+    schemas.update(batches_schemas())
+    schemas.update(answer_schemas())
+    schemas["Error"] = error_schema()
+    return {
+        "openapi": OPENAPI,
+        "info": {
+            "title": "completions-gateway",
+            "version": _version(),
+            "description": (
+                "OpenAI's completions, chat, embeddings, files and batches APIs. Each request "
+                "field's `x-family` says who defines it: `openai`, `extension` (the provider "
+                "extensions any target may serve) or `vllm` (vLLM's extras). "
+                + HEAD
+                + " The headers "
+                "x-portkey-provider and x-portkey-custom-host are refused (400)."
+            ),
+        },
+        "security": KEY,
+        "paths": paths(),
+        "components": {
+            "schemas": schemas,
+            "responses": _error_responses(),
+            "headers": {
+                "RequestId": {
+                    "description": "The request's id: the caller's x-request-id if short and "
+                    "plain, else the gateway's.",
+                    "schema": {"type": "string"},
+                }
+            },
+            "parameters": {
+                "PortkeyConfig": _header(
+                    "x-portkey-config",
+                    "A Portkey config: a JSON object, or the name of one in the gateway's config.",
+                ),
+                "PortkeyRequestTimeout": _header(
+                    "x-portkey-request-timeout",
+                    "Milliseconds before the request is given up (408).",
+                ),
+                "RequestId": _header("x-request-id", "Echoed if short and plain."),
+                "TraceId": _header("x-portkey-trace-id", "Echoed if short and plain."),
+            },
+            "securitySchemes": {
+                "bearerAuth": {"type": "http", "scheme": "bearer"},
+                "portkeyApiKey": {"type": "apiKey", "in": "header", "name": "x-portkey-api-key"},
+                "portkeyVirtualKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-portkey-virtual-key",
+                    "description": "A configured provider's name: the request goes to it (the "
+                    "key must list it). With the key, never instead of it.",
+                },
+            },
+        },
+    }
+
+
+def _header(name: str, description: str) -> Schema:
+    return {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": description,
+    }
+
+
+def _version() -> str:
+    try:
+        return metadata.version("completions-gateway")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+@functools.cache
+def document_json() -> bytes:
+    """The document's bytes, built once per process."""
+    return orjson.dumps(build())
