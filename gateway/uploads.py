@@ -4,9 +4,10 @@ whole in memory. python-multipart's streaming parser does the parsing."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from core.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
@@ -86,14 +87,24 @@ async def file_bytes(receive: Receive, parser: MultipartParser, form: Form) -> A
         message = await receive()
         if message["type"] == "http.disconnect":
             raise ClientGone()
-        parser.write(message.get("body", b""))
+        _parsed(parser.write, message.get("body", b""))
         if form.pending:
             chunk = b"".join(form.pending)
             form.pending.clear()
             yield chunk
         if not message.get("more_body", False):
-            parser.finalize()
+            _parsed(parser.finalize)
             return
+
+
+def _parsed(step: Callable[..., object], *args: bytes) -> None:
+    """A step of the parser; a body that is not multipart as its header says is a 400."""
+    try:
+        step(*args)
+    except MultipartParseError as exc:
+        raise InvalidRequest(
+            f"The multipart/form-data body cannot be parsed ({exc}).", param=FILE_FIELD
+        ) from None
 
 
 def parser_for(content_type: str | None, form: Form) -> MultipartParser:

@@ -1,0 +1,72 @@
+"""Fuzzing every endpoint from the gateway's own API document (schemathesis, on Hypothesis):
+requests generated from each operation's schema, valid and not, sent to a gateway on the
+scripted upstreams and to the in-process engine of the session's vLLM stack. Whatever is sent:
+no 5xx, no hang, a status and content type the document lists, and an answer that matches the
+document (every 4xx in OpenAI's error shape).
+
+The generated Portkey headers are dropped (a random `x-portkey-config` is refused before the
+body is read) and the body's model is one the target serves, so that the bodies reach the
+validation and the providers behind it. Bounded in examples per operation, so `make test`
+stays well inside its time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis import checks
+from schemathesis.schemas import APIOperation
+
+from core.openapi import build
+from tests.e2e.conftest import Env
+from tests.e2e.support import FULL_KEY, FW, GENERIC, OA
+from tests.e2e.vllm_stack import KEY as STACK_KEY
+from tests.e2e.vllm_stack import MODEL as STACK_MODEL
+from tests.e2e.vllm_stack import VIRTUAL_KEY, Stack
+
+EXAMPLES = 20  # per operation and target
+CHECKS = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+    checks.response_headers_conformance,
+]
+DROPPED = ("x-portkey-config", "x-portkey-virtual-key", "x-portkey-api-key", "authorization")
+schema = schemathesis.openapi.from_dict(build())
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    headers: dict[str, str]
+    models: tuple[str, ...]  # what a body's `model` becomes, in turn
+
+
+@pytest.fixture(scope="module", params=["scripted", "engine"])
+def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    if request.param == "scripted":
+        env: Env = request.getfixturevalue("scripted_env")
+        auth = {"authorization": f"Bearer {FULL_KEY}"}
+        yield Target(env.gateway.url, auth, (OA, FW, GENERIC))
+    else:
+        stack: Stack = request.getfixturevalue("vllm_stack")
+        auth = {"authorization": f"Bearer {STACK_KEY}", VIRTUAL_KEY: "engine"}
+        yield Target(stack.gateway.url, auth, (STACK_MODEL,))
+
+
+@schema.parametrize()
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+def test_no_input_breaks_the_gateway_or_its_document(
+    case: schemathesis.Case[APIOperation[Any, Any, Any, Any]], target: Target
+) -> None:
+    for name in DROPPED:
+        if case.headers is not None and name in case.headers:
+            del case.headers[name]
+    if isinstance(case.body, dict) and "model" in case.body:
+        case.body["model"] = target.models[len(repr(case.body)) % len(target.models)]
+    case.call_and_validate(base_url=target.url, headers=target.headers, checks=CHECKS)
