@@ -423,6 +423,32 @@ def _json(schema: str, description: str = "OK") -> Schema:
     }
 
 
+# What a created file or batch leads to (OpenAPI links: clients and stateful tests follow them).
+_FILE_ID = {"file_id": "$response.body#/id"}
+FILE_LINKS = {
+    "RetrieveFile": {"operationId": "retrieveFile", "parameters": _FILE_ID},
+    "DownloadFile": {"operationId": "downloadFile", "parameters": _FILE_ID},
+    "DeleteFile": {"operationId": "deleteFile", "parameters": _FILE_ID},
+    "CreateBatch": {
+        "operationId": "createBatch",
+        "requestBody": {
+            "input_file_id": "$response.body#/id",
+            "endpoint": batches.ENDPOINTS[0],
+            "completion_window": next(iter(batches.WINDOWS)),
+        },
+    },
+}
+_BATCH_ID = {"batch_id": "$response.body#/id"}
+BATCH_LINKS = {
+    "RetrieveBatch": {"operationId": "retrieveBatch", "parameters": _BATCH_ID},
+    "CancelBatch": {"operationId": "cancelBatch", "parameters": _BATCH_ID},
+}
+
+
+def _linked(response: Schema, links: Schema) -> Schema:
+    return {**response, "links": links}
+
+
 def _op(op_id: str, summary: str, ok: Schema, security: list[Any], **more: Any) -> Schema:
     return {
         "operationId": op_id,
@@ -510,7 +536,13 @@ def paths() -> Schema:
         },
     }
     out["/v1/files"] = {
-        "post": _op("createFile", "Upload a file", _json("FileObject"), KEY, requestBody=upload),
+        "post": _op(
+            "createFile",
+            "Upload a file",
+            _linked(_json("FileObject"), FILE_LINKS),
+            KEY,
+            requestBody=upload,
+        ),
         "get": _op(
             "listFiles",
             "The caller's files",
@@ -547,7 +579,13 @@ def paths() -> Schema:
     }
     limit = {"type": "integer", "minimum": lo, "maximum": hi, "default": batches.DEFAULT_LIST_LIMIT}
     out["/v1/batches"] = {
-        "post": _op("createBatch", "Create a batch", _json("BatchObject"), KEY, requestBody=create),
+        "post": _op(
+            "createBatch",
+            "Create a batch",
+            _linked(_json("BatchObject"), BATCH_LINKS),
+            KEY,
+            requestBody=create,
+        ),
         "get": _op(
             "listBatches",
             "The caller's batches, newest first",

@@ -29,6 +29,7 @@ from tests.e2e.vllm_stack import MODEL as STACK_MODEL
 from tests.e2e.vllm_stack import VIRTUAL_KEY, Stack
 
 EXAMPLES = 20  # per operation and target
+STATEFUL_EXAMPLES = 30  # sequences of calls
 CHECKS = [
     checks.not_a_server_error,
     checks.status_code_conformance,
@@ -64,9 +65,43 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
 def test_no_input_breaks_the_gateway_or_its_document(
     case: schemathesis.Case[APIOperation[Any, Any, Any, Any]], target: Target
 ) -> None:
+    aimed(case, target)
+    case.call_and_validate(base_url=target.url, headers=target.headers, checks=CHECKS)
+
+
+def aimed(case: Any, target: Target) -> None:
+    """The generated Portkey and auth headers dropped, the body's model one of the target's."""
     for name in DROPPED:
         if case.headers is not None and name in case.headers:
             del case.headers[name]
     if isinstance(case.body, dict) and "model" in case.body:
         case.body["model"] = target.models[len(repr(case.body)) % len(target.models)]
-    case.call_and_validate(base_url=target.url, headers=target.headers, checks=CHECKS)
+    if isinstance(case.body, dict) and "purpose" in case.body and len(repr(case.body)) % 2:
+        case.body["purpose"] = "batch"  # half the uploads can become a batch's input
+
+
+def test_files_and_batches_in_sequence(target: Target) -> None:
+    """Stateful: uploads followed by what their answers lead to (the document's links: the
+    file read, downloaded, deleted, made a batch's input; the batch read and cancelled), in
+    generated orders, with the same checks at every step."""
+    if target.models == (STACK_MODEL,):
+        pytest.skip("the files and batches API is the same on every target")
+
+    class Machine(schema.as_state_machine()):  # type: ignore[misc]
+        def before_call(self, case: Any) -> None:
+            aimed(case, target)
+
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"base_url": target.url, "headers": target.headers}
+
+        def validate_response(self, response: Any, case: Any, *_: Any, **kw: Any) -> None:
+            case.validate_response(response, checks=CHECKS)
+
+    Machine.run(
+        settings=settings(
+            max_examples=STATEFUL_EXAMPLES,
+            stateful_step_count=6,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
