@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONFIG ?= config.yaml
 LINTED := core gateway providers tests bench deploy
-TYPED  := core gateway providers deploy/grafana/dashboard.py
+TYPED  := core gateway providers deploy/grafana/dashboard.py tests
 TINY_MODEL ?= models/tiny
 # Debian packages the tests and the benchmark need; installed when root and missing.
 TEST_DEBS  := redis-server

@@ -25,7 +25,7 @@ class S3Server(StopOnExit):
             lambda port: [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
             ready_path="/moto-api/",
         )
-        self.endpoint = self._server.root
+        self.endpoint: str = self._server.root
         # moto does not check signatures: any credentials do, but obstore needs some.
         self.env = {
             "AWS_ENDPOINT": self.endpoint,

@@ -232,7 +232,7 @@ def traffic(gw: GatewayProcess) -> None:
     """One round of every kind of request; errors are expected and counted, not raised."""
     full = openai.OpenAI(base_url=gw.url + "/v1", api_key=FULL_KEY, max_retries=0)
     limited = openai.OpenAI(base_url=gw.url + "/v1", api_key=LIMITED_KEY, max_retries=0)
-    calls = [
+    calls: list[tuple[openai.OpenAI, dict[str, Any]]] = [
         *[(full, {"model": "ok", "prompt": "hello", "max_tokens": 8})] * 3,
         *[(full, {"model": "ok", "prompt": "hello", "max_tokens": 8, "stream": True})] * 3,
         *[(limited, {"model": "ok", "prompt": "hi", "max_tokens": 4})] * 3,

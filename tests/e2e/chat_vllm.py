@@ -5,16 +5,19 @@ helpers that send them and read the answers, with the same openai SDK on either 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import openai
 import pytest
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 from pydantic import BaseModel
 
 from tests.e2e.vllm_stack import MODEL
 
-MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "Hello, what is the weather?"}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Hello, what is the weather?"}
+]
 OTHER: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a tiny model."},
     {"role": "user", "content": "Once upon a time"},
@@ -151,7 +154,7 @@ def refusal(call: Any) -> tuple[int, str | None, str]:
     return caught.value.status_code, caught.value.param, caught.value.message
 
 
-def prompt_tokens(direct: openai.OpenAI, messages: list[dict[str, Any]]) -> int:
+def prompt_tokens(direct: openai.OpenAI, messages: Sequence[Mapping[str, Any]]) -> int:
     return counts(chat(direct, messages=messages, max_tokens=1))[0]
 
 

@@ -71,7 +71,7 @@ def answers(client: openai.OpenAI, content: bytes, url: str) -> dict[str, Any]:
 
 
 def test_completions_lines_answer_as_live_requests(client: openai.OpenAI) -> None:
-    bodies = [
+    bodies: list[dict[str, Any]] = [
         {"model": "tiny", "prompt": f"Once upon a time {i}", "max_tokens": 8, "temperature": 0}
         for i in range(4)
     ]
@@ -85,7 +85,7 @@ def test_completions_lines_answer_as_live_requests(client: openai.OpenAI) -> Non
 
 
 def test_chat_lines_answer_as_live_requests(client: openai.OpenAI) -> None:
-    bodies = [
+    bodies: list[dict[str, Any]] = [
         {
             "model": "tiny",
             "messages": [{"role": "user", "content": f"Hello {i}"}],

@@ -338,8 +338,11 @@ def test_tool_choice_makes_a_tool_call(
         message = resp.choices[0].message
         assert resp.choices[0].finish_reason == finish
         assert message.tool_calls is not None and len(message.tool_calls) == 1
-    call, ref = ours.choices[0].message.tool_calls[0], theirs.choices[0].message.tool_calls[0]
+    calls, refs = ours.choices[0].message.tool_calls, theirs.choices[0].message.tool_calls
+    assert calls is not None and refs is not None
+    call, ref = calls[0], refs[0]
     assert call.type == "function" and call.id.startswith("chatcmpl-tool-")
+    assert ref.type == "function"
     assert call.function.name == ref.function.name == "get_weather"
     assert call.function.arguments == ref.function.arguments
     assert json.loads(call.function.arguments)["city"] in ("Paris", "Rome")

@@ -235,7 +235,7 @@ def test_dimensions_on_a_model_without_matryoshka_are_refused(client: openai.Ope
 def test_vllm_extras_match_vllm_directly(
     client: openai.OpenAI, direct: openai.OpenAI, extra: dict[str, Any]
 ) -> None:
-    kw = {"input": TEXTS, "encoding_format": "float", "extra_body": extra}
+    kw: dict[str, Any] = {"input": TEXTS, "encoding_format": "float", "extra_body": extra}
     got = client.embeddings.create(model="embed", **kw)
     want = direct.embeddings.create(model="tiny", **kw)
     assert_close([d.embedding for d in got.data], [d.embedding for d in want.data])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -63,11 +64,14 @@ def test_counts_match_the_traffic(gateway: str) -> None:
             assert final is not None
             usage["input"] += final.prompt_tokens
             usage["output"] += final.completion_tokens
-    post = lambda key, **kw: httpx.post(  # noqa: E731
-        f"{gateway}/v1/completions",
-        json={"model": "m", "prompt": "x", **kw},
-        headers={"authorization": f"Bearer {key}"},
-    )
+
+    def post(key: str, **kw: Any) -> httpx.Response:
+        return httpx.post(
+            f"{gateway}/v1/completions",
+            json={"model": "m", "prompt": "x", **kw},
+            headers={"authorization": f"Bearer {key}"},
+        )
+
     assert post(KEY, prompt="__status_500__").status_code == 502
     assert post(KEY, temperature=9).status_code == 400
     assert post(LIMITED).status_code == 200

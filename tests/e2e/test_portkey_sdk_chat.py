@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from portkey_ai import Portkey
+from portkey_ai.api_resources.types.chat_complete_type import ChatCompletions, StreamChoice
 
 from tests.e2e.conftest import Env
 from tests.e2e.support import FIREWORKS_MODEL, FULL_KEY, LIMITED_KEY, OA, OPENAI_MODEL
@@ -28,7 +29,9 @@ def test_a_chat_through_a_virtual_key(env: Env) -> None:
     out = client.chat.completions.create(
         model=FIREWORKS_MODEL, messages=MESSAGES, max_tokens=5, seed=3
     )
-    assert out.id.startswith("chatcmpl-") and out.model == FIREWORKS_MODEL
+    assert isinstance(out, ChatCompletions)  # not a stream
+    assert out.id is not None and out.id.startswith("chatcmpl-") and out.model == FIREWORKS_MODEL
+    assert out.choices is not None and out.choices[0].message is not None
     assert out.choices[0].message.content == expected_text(PROMPT, 0, 5, 3)
     assert out.choices[0].finish_reason == "length"
     assert out.usage is not None and out.usage.completion_tokens == 5
@@ -42,11 +45,19 @@ def test_a_stream_through_an_alias(env: Env) -> None:
     stream = client.chat.completions.create(
         model=OA, messages=MESSAGES, max_tokens=6, seed=1, stream=True
     )
+    assert not isinstance(stream, ChatCompletions)  # a stream
     chunks = list(stream)
-    assert chunks[0].choices[0].delta.role == "assistant"
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    first, last = chunks[0].choices, chunks[-1].choices
+    assert first is not None and first[0].delta is not None
+    assert first[0].delta.role == "assistant"
+    text = "".join(delta_content(c.choices[0]) for c in chunks if c.choices)
     assert text == expected_text(PROMPT, 0, 6, 1)
-    assert chunks[-1].choices[0].finish_reason == "length"
+    assert last is not None and last[0].finish_reason == "length"
+
+
+def delta_content(choice: StreamChoice) -> str:
+    assert choice.delta is not None
+    return choice.delta.content or ""
 
 
 def test_a_config_falls_back(env: Env) -> None:
@@ -60,6 +71,8 @@ def test_a_config_falls_back(env: Env) -> None:
     }
     client = portkey(env, config=config)
     out = client.chat.completions.create(model="any", messages=MESSAGES, max_tokens=4)
+    assert isinstance(out, ChatCompletions)  # not a stream
+    assert out.choices is not None and out.choices[0].message is not None
     assert out.choices[0].message.content == expected_text(PROMPT, 0, 4, None)
     assert len(env.openai.requests()) == 1 and len(env.fireworks.requests()) == 1
 

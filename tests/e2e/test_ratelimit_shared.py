@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import pytest
@@ -106,7 +107,14 @@ def test_four_gateways_admit_exactly_the_limit_under_a_burst(cluster: Cluster) -
             assert r.headers["x-ratelimit-remaining-requests"] == "0"
 
 
-def remaining_tokens(r: httpx.Response) -> int:
+class Answer(Protocol):
+    """A response from httpx, or from the httpx the openai SDK uses (its own copy)."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+def remaining_tokens(r: Answer) -> int:
     return int(r.headers["x-ratelimit-remaining-tokens"])
 
 

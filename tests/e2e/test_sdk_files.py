@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types import FilePurpose
 
 from tests.gateway_proc import GatewayProcess
 
@@ -92,9 +93,10 @@ def test_expires_after(sdk: openai.OpenAI) -> None:
 
 
 def test_listing(sdk: openai.OpenAI) -> None:
+    purposes: tuple[FilePurpose, ...] = ("batch", "batch", "user_data", "batch")
     made = [
         sdk.files.create(file=(f"f{i}.jsonl", io.BytesIO(b"{}\n")), purpose=purpose)
-        for i, purpose in enumerate(("batch", "batch", "user_data", "batch"))
+        for i, purpose in enumerate(purposes)
     ]
     newest_first = list(reversed([f.id for f in made]))
     assert [f.id for f in sdk.files.list()] == newest_first

@@ -67,7 +67,9 @@ class Served:
         return provider
 
     def running(self) -> int:
-        return int(self.provider.engine.llm.output_processor.get_num_unfinished_requests())
+        processor = self.provider.engine.llm.output_processor
+        # vLLM leaves this method unannotated.
+        return int(processor.get_num_unfinished_requests())  # type: ignore[no-untyped-call]
 
     async def settled(self) -> None:
         """Until the engine has no running request, for at most the issue's second."""

@@ -15,13 +15,14 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
 import orjson
 import pytest
 from openai.types import Completion, CompletionUsage
+from openai.types.chat import ChatCompletionStreamOptionsParam
 
 from tests.e2e.support import outputs, streamed_texts
 from tests.e2e.vllm_stack import MODEL, PATHS, WINDOW, Stack
@@ -568,7 +569,11 @@ async def test_continuous_usage_stats(direct: openai.OpenAI, vllm_stack: Stack, 
     kw.update(GREEDY_SAMPLING)
     kw["extra_body"] = {**kw["extra_body"], "return_token_ids": True}
     full = create(direct, **kw)
-    options = {"include_usage": True, "continuous_usage_stats": True}
+    # vLLM's continuous_usage_stats is not a key of the SDK's stream_options type (it sends
+    # the dict as it is).
+    options = cast(
+        ChatCompletionStreamOptionsParam, {"include_usage": True, "continuous_usage_stats": True}
+    )
     async with vllm_stack.async_client(path) as client:
         stream = await client.completions.create(stream=True, stream_options=options, **kw)
         chunks = [chunk async for chunk in stream]
@@ -585,7 +590,10 @@ async def test_continuous_usage_stats(direct: openai.OpenAI, vllm_stack: Stack, 
     assert sum(seen.values()) == counts(full.usage)[1]
     # Asked without include_usage, vLLM sends no usage at all; nor does the gateway.
     async with vllm_stack.async_client(path) as client:
-        alone = {"include_usage": False, "continuous_usage_stats": True}
+        alone = cast(
+            ChatCompletionStreamOptionsParam,
+            {"include_usage": False, "continuous_usage_stats": True},
+        )
         stream = await client.completions.create(stream=True, stream_options=alone, **kw)
         assert all([chunk.usage is None async for chunk in stream])
 

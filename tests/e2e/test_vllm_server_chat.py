@@ -92,6 +92,7 @@ def test_tool_calls_are_vllm_s(
     ours, theirs = both(server, direct, **TOOLS, tool_choice=choice)
     call, ref = ours.choices[0].message.tool_calls, theirs.choices[0].message.tool_calls
     assert call is not None and ref is not None and len(call) == 1
+    assert call[0].type == ref[0].type == "function"
     assert (call[0].function.name, call[0].function.arguments) == (
         ref[0].function.name,
         ref[0].function.arguments,

@@ -164,11 +164,14 @@ async def test_output_files_written_again_replace_the_first(tmp_path: Path) -> N
         await store.put_answers(record, [(number, status == 200, orjson.dumps(answer))])
     run = Run(runner, record)
     first = await run._files([])
-    again = await Run(runner, await store.load("o", "batch_01"))._files([])
-    assert first == again and None not in first
+    loaded = await store.load("o", "batch_01")
+    assert loaded is not None
+    again = await Run(runner, loaded)._files([])
+    output_id, error_id = first
+    assert first == again and output_id is not None and error_id is not None
     listed, _ = await rt.files.listing("o", ListQuery(None, 100, "asc", None))
-    assert sorted(f["id"] for f in listed) == sorted(first)  # two files, not four
-    output = b"".join([piece async for piece in await rt.files.content("o", first[0])])
+    assert sorted(f["id"] for f in listed) == sorted([output_id, error_id])  # two files, not four
+    output = b"".join([piece async for piece in await rt.files.content("o", output_id)])
     assert sorted(orjson.loads(x)["custom_id"] for x in output.splitlines()) == ["c1", "c3"]
     assert record["batch"]["request_counts"] == {"completed": 2, "failed": 1}
     await runner.leases.aclose()

@@ -200,6 +200,20 @@ async def test_a_form_read_as_it_comes(size: int) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "body",
+    [b"--XyZ\r\nNone--XyZ--\r\n", b"no boundary at all", b"--XyZ\r\nbroken header\r\n\r\nx"],
+)
+async def test_a_body_that_is_not_multipart_is_a_400_naming_file(body: bytes) -> None:
+    """Found by fuzzing: the parser's own error was a 500."""
+    form = Form()
+    parser = parser_for("multipart/form-data; boundary=XyZ", form)
+    with pytest.raises(InvalidRequest) as exc:
+        _ = [c async for c in file_bytes(receiver(body, 5), parser, form)]
+    assert exc.value.param == "file" and "cannot be parsed" in exc.value.message
+
+
+@pytest.mark.asyncio
 async def test_a_store_that_cannot_be_made_is_a_503(tmp_path: Path) -> None:
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
@@ -236,9 +250,11 @@ async def test_records_lines_and_cancel_markers(tmp_path: Path) -> None:
     assert (4, True, b'"four"') in answers
     assert await store.finished(two) == set()
     assert await store.under_way() == []  # saved "in_progress", never "validating": not new
-    await store.save({**two, "batch": {"id": "batch_0002", "status": "validating"}})
+    validating: Any = {**two, "batch": {"id": "batch_0002", "status": "validating"}}
+    await store.save(validating)
     assert [r["batch"]["id"] for r in await store.under_way()] == ["batch_0002"]
-    await store.save({**two, "batch": {"id": "batch_0002", "status": "completed"}})
+    completed: Any = {**two, "batch": {"id": "batch_0002", "status": "completed"}}
+    await store.save(completed)
     assert await store.under_way() == []
     assert await store.cancel_requested(one) is None
     await store.request_cancel(one, 123)

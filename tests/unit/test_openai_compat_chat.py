@@ -13,6 +13,7 @@ from core.completions import RequestLimits
 from core.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter, UpstreamError
 from core.fields import EXTENSION
 from core.provider import Target
+from core.responses import ChatChunk, Usage
 from providers.openai_compat import OpenAICompatProvider
 from providers.openai_compat.adapter import UpstreamChat, _truncated_chat
 from providers.openai_compat.chat_normalize import (
@@ -94,7 +95,7 @@ def test_the_drop_policy_drops_and_reports() -> None:
 @pytest.mark.parametrize("tag", TAGS)
 def test_openai_fields_pass_unchanged(tag: str) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    fields = {
+    fields: dict[str, Any] = {
         "temperature": 0.5,
         "max_completion_tokens": 9,
         "n": 2,
@@ -113,7 +114,12 @@ def test_openai_fields_pass_unchanged(tag: str) -> None:
 
 
 def test_the_provider_extensions_by_dialect() -> None:
-    extensions = {"top_k": 40, "repetition_penalty": 1.1, "min_p": 0.05, "ignore_eos": True}
+    extensions: dict[str, Any] = {
+        "top_k": 40,
+        "repetition_penalty": 1.1,
+        "min_p": 0.05,
+        "ignore_eos": True,
+    }
     for tag in ("fireworks", "vllm-server", "openai-compatible"):
         assert {k: body_of(tag, **extensions)[k] for k in extensions} == extensions
     assert body_of("fireworks", mirostat_target=5.0, mirostat_lr=0.1)["mirostat_lr"] == 0.1
@@ -121,7 +127,11 @@ def test_the_provider_extensions_by_dialect() -> None:
 
 
 def test_vllm_extras_pass_to_vllm_servers_and_nowhere_strict() -> None:
-    extras = {"min_tokens": 2, "chat_template_kwargs": {"x": 1}, "add_generation_prompt": False}
+    extras: dict[str, Any] = {
+        "min_tokens": 2,
+        "chat_template_kwargs": {"x": 1},
+        "add_generation_prompt": False,
+    }
     for tag in ("vllm-server", "openai-compatible"):
         assert {k: body_of(tag, **extras)[k] for k in extras} == extras
     for tag in ("openai", "fireworks"):
@@ -200,7 +210,7 @@ def test_vllm_json_object_with_a_schema_is_json_schema() -> None:
 # ---------------------------------------------------------------- answers
 
 SHAPE = ChatNormalization("up/model", want_logprobs=False)
-USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+USAGE: Usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
 
 
 def test_a_json_answer() -> None:
@@ -241,7 +251,7 @@ def test_a_json_answer() -> None:
 
 def test_tool_calls_and_their_arguments() -> None:
     calls = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]
-    body = {
+    body: dict[str, Any] = {
         "choices": [
             {
                 "index": 0,
@@ -408,7 +418,7 @@ def entry(token: str, logprob: float) -> dict[str, Any]:
 def test_a_stop_string_is_cut_from_the_content_and_its_logprobs() -> None:
     shape = ChatNormalization("fw/m", want_logprobs=True, stops=(" gam", "END"))
     logprobs = {"content": [entry(" alpha", -1.0), entry(" ga", -2.0), entry("mma", -3.0)]}
-    body = {
+    body: dict[str, Any] = {
         "choices": [
             {
                 "index": 0,
@@ -446,7 +456,8 @@ def test_a_stream_holds_back_what_may_begin_a_stop_string() -> None:
     texts = [c["choices"][0]["delta"].get("content") for c in out if c["choices"]]
     assert texts == [None, " alpha", None]
     assert out[-2]["choices"][0]["finish_reason"] == "stop"
-    assert out[-1] == {"choices": [], "usage": USAGE}
+    last: ChatChunk = {"choices": [], "usage": USAGE}
+    assert out[-1] == last
 
 
 def test_held_text_that_was_no_stop_goes_out() -> None:

@@ -119,7 +119,7 @@ def test_vllm_extras_have_a_row_in_every_dialect(tag: str) -> None:
     assert set(actions.values()) == {VLLM_EXTRA_ACTIONS[tag]}
 
 
-VLLM_EXTRAS_SAMPLE = {
+VLLM_EXTRAS_SAMPLE: dict[str, Any] = {
     "min_tokens": 2, "stop_token_ids": [7], "prompt_logprobs": 1, "return_token_ids": True,
     "structured_outputs": {"choice": ["a", "b"]}, "vllm_xargs": {"k": 1}, "priority": -1,
     "logprobs": 12,

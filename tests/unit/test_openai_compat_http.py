@@ -21,7 +21,9 @@ from core.errors import (
     UpstreamUnreachable,
 )
 from core.provider import Prepared, Target
+from core.responses import Chunk
 from providers.openai_compat import OpenAICompatProvider
+from providers.openai_compat.adapter import UpstreamCompletion
 
 Responder = Callable[[web.Request], Awaitable[web.StreamResponse]]
 USAGE = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
@@ -155,12 +157,14 @@ async def make(upstream: Upstream) -> AsyncIterator[Factory]:
         await p.aclose()
 
 
-def prepare(p: OpenAICompatProvider, timeout_s: float = 5.0, **fields: Any) -> Prepared:
+def prepare(
+    p: OpenAICompatProvider, timeout_s: float = 5.0, **fields: Any
+) -> Prepared[UpstreamCompletion]:
     req = validate_completion({"model": "alias", "prompt": "hi", **fields}, RequestLimits())
     return p.prepare(req, Target("alias", "up", "org/model", timeout_s))
 
 
-async def collect(p: OpenAICompatProvider, prepared: Prepared) -> list[dict[str, Any]]:
+async def collect(p: OpenAICompatProvider, prepared: Prepared[UpstreamCompletion]) -> list[Chunk]:
     """The chunks after the `[]` that says the upstream accepted the request; no other batch
     may be empty."""
     batches = [batch async for batch in p.stream(prepared)]
@@ -321,7 +325,7 @@ async def test_context_check_not_for_truncate_nor_without_a_window(
     upstream.script += [reply(200, OK_ANSWER), reply(200, OK_ANSWER)]
     await p.complete(prepare(p, prompt=[7] * 500, max_tokens=16))  # no /v1/models: no window
     upstream.max_model_len = 100
-    truncate = {"context_length_exceeded_behavior": "truncate"}
+    truncate: dict[str, Any] = {"context_length_exceeded_behavior": "truncate"}
     await p.complete(prepare(p, prompt=[7] * 99, max_tokens=16, **truncate))  # vLLM clamps
     assert upstream.extra_calls == []
     assert len(upstream.bodies) == 2
@@ -432,7 +436,7 @@ async def test_stream_error_event_midway(upstream: Upstream, make: Factory) -> N
             {"error": {"message": "engine dead", "type": "InternalServerError", "code": 500}},
         )
     )
-    got: list[list[dict[str, Any]]] = []
+    got: list[list[Chunk]] = []
     with pytest.raises(UpstreamError) as exc:
         async for batch in p.stream(prepare(p, stream=True)):
             got.append(batch)
@@ -447,7 +451,7 @@ async def test_stream_bad_chunk_after_good_ones_in_one_read(
     upstream.script.append(
         sse({"choices": [{"index": 0, "text": "a", "finish_reason": None}]}, {"choices": ["?"]})
     )
-    got: list[list[dict[str, Any]]] = []
+    got: list[list[Chunk]] = []
     with pytest.raises(UpstreamError) as exc:
         async for batch in p.stream(prepare(p, stream=True)):
             got.append(batch)

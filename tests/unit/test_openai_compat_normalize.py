@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from core.errors import UpstreamError
+from core.responses import Choice, Chunk, Completion, Logprobs, Usage
 from providers.openai_compat.emulate import completion_room, mean_logprob, select_best
 from providers.openai_compat.normalize import (
     Normalization,
@@ -23,21 +24,24 @@ from providers.openai_compat.stops import StopHoldBack, strip_stop, trim_logprob
 LABEL = "fw/accounts/x/models/y"
 
 
-def lp(*pairs: tuple[str, float | None], start: int = 0) -> dict[str, Any]:
+def lp(*pairs: tuple[str, float | None], start: int = 0) -> Logprobs:
     tokens = [t for t, _ in pairs]
     offsets, at = [], start
     for t in tokens:
         offsets.append(at)
         at += len(t)
+    # A null logprob keeps its `{token: None}` top entry here, which `Logprobs` does not
+    # describe (vLLM sends a null entry instead): the code under test only carries it along.
+    top: list[dict[str, Any] | None] = [{t: v} for t, v in pairs]
     return {
         "tokens": tokens,
         "token_logprobs": [v for _, v in pairs],
-        "top_logprobs": [{t: v} for t, v in pairs],
+        "top_logprobs": top,
         "text_offset": offsets,
     }
 
 
-def complete(body: dict[str, Any], shape: Normalization) -> dict[str, Any]:
+def complete(body: dict[str, Any], shape: Normalization) -> Completion:
     return finish(body, choices(body, shape), shape)
 
 
@@ -167,7 +171,7 @@ def test_usage_normalized() -> None:
 
 
 def test_strip_trailing_stop_and_its_logprobs() -> None:
-    c = {
+    c: Choice = {
         "text": "Hello END",
         "index": 0,
         "logprobs": lp(("Hello", -1.0), (" E", -2.0), ("ND", -3.0)),
@@ -185,7 +189,7 @@ def test_strip_trailing_stop_and_its_logprobs() -> None:
 
 
 def test_strip_only_on_stop_and_only_a_suffix() -> None:
-    c = {"text": "a END", "index": 0, "logprobs": None, "finish_reason": "length"}
+    c: Choice = {"text": "a END", "index": 0, "logprobs": None, "finish_reason": "length"}
     strip_stop(c, ("END",))
     assert c["text"] == "a END"
     c = {"text": "END here", "index": 0, "logprobs": None, "finish_reason": "stop"}
@@ -198,7 +202,7 @@ def test_strip_only_on_stop_and_only_a_suffix() -> None:
 
 def test_strip_never_cuts_an_echoed_prompt() -> None:
     # echo, and nothing generated after a prompt that ends with the stop string
-    c = {"text": "a END", "index": 0, "logprobs": None, "finish_reason": "stop"}
+    c: Choice = {"text": "a END", "index": 0, "logprobs": None, "finish_reason": "stop"}
     strip_stop(c, ("END",), protected=len("a END"))
     assert c["text"] == "a END"
     c = {"text": "a END b END", "index": 0, "logprobs": None, "finish_reason": "stop"}
@@ -223,8 +227,8 @@ def test_non_stream_fireworks_stop_stripped() -> None:
 
 
 def delta(
-    text: str, index: int = 0, finish: str | None = None, logprobs: Any = None
-) -> dict[str, Any]:
+    text: str, index: int = 0, finish: str | None = None, logprobs: Logprobs | None = None
+) -> Choice:
     return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}
 
 
@@ -293,9 +297,14 @@ def test_holdback_never_cuts_an_echoed_prompt() -> None:
 # ---------------------------------------------------------------- streams
 
 
+def usage_chunk(usage: Usage) -> Chunk:
+    """A stream's last chunk: the request's usage, on its own."""
+    return {"choices": [], "usage": usage}
+
+
 def test_stream_fireworks_usage_on_last_chunk_split_off() -> None:
     norm = StreamNormalizer(Normalization(LABEL, False))
-    usage_raw = {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    usage_raw: Usage = {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
     out = norm.feed({"choices": [{"index": 0, "text": "Hi", "finish_reason": None}], "usage": None})
     assert out == [{"choices": [delta("Hi")]}]
     out = norm.feed(
@@ -305,7 +314,7 @@ def test_stream_fireworks_usage_on_last_chunk_split_off() -> None:
         }
     )
     assert out == [{"choices": [delta("!", finish="stop")]}]
-    assert norm.end() == [{"choices": [], "usage": usage_raw}]
+    assert norm.end() == [usage_chunk(usage_raw)]
 
 
 def test_stream_openai_usage_chunk_passed_on_last() -> None:
@@ -323,12 +332,12 @@ def test_stream_openai_usage_chunk_passed_on_last() -> None:
         == []
     )
     assert norm.end() == [
-        {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        usage_chunk({"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
     ]
 
 
-USAGE_1 = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
-USAGE_2 = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+USAGE_1: Usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+USAGE_2: Usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
 
 
 def test_stream_continuous_usage_stays_on_its_chunk() -> None:
@@ -340,11 +349,11 @@ def test_stream_continuous_usage_stays_on_its_chunk() -> None:
     last = {"choices": [{"index": 0, "text": "b", "finish_reason": "length"}], "usage": USAGE_2}
     assert norm.feed(last) == [{"choices": [delta("b", finish="length")], "usage": USAGE_2}]
     assert norm.feed({"choices": [], "usage": USAGE_2}) == []
-    assert norm.end() == [{"choices": [], "usage": USAGE_2}]
+    assert norm.end() == [usage_chunk(USAGE_2)]
     # Without it, usage on a content chunk is the request's (Fireworks' last chunk).
     plain = StreamNormalizer(Normalization(LABEL, False))
     assert plain.feed(last) == [{"choices": [delta("b", finish="length")]}]
-    assert plain.end() == [{"choices": [], "usage": USAGE_2}]
+    assert plain.end() == [usage_chunk(USAGE_2)]
 
 
 def test_extras_kept_when_asked_and_not_null() -> None:
@@ -417,13 +426,12 @@ def test_stream_fingerprint_on_first_chunk_out_and_on_change() -> None:
         {"choices": [delta("b")]}
     ]
     norm.feed({"choices": [], "system_fingerprint": "fp_b", "usage": {"prompt_tokens": 1}})
-    assert norm.end() == [
-        {
-            "choices": [],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1},
-            "system_fingerprint": "fp_b",
-        }
-    ]
+    last: Chunk = {
+        "choices": [],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1},
+        "system_fingerprint": "fp_b",
+    }
+    assert norm.end() == [last]
 
 
 def test_stream_error_finish_raises() -> None:
@@ -436,7 +444,7 @@ def test_stream_error_finish_raises() -> None:
 # ---------------------------------------------------------------- best_of
 
 
-def cand(index: int, text: str, *values: float | None) -> dict[str, Any]:
+def cand(index: int, text: str, *values: float | None) -> Choice:
     pairs = tuple((f"t{i}", v) for i, v in enumerate(values))
     return {"text": text, "index": index, "logprobs": lp(*pairs), "finish_reason": "stop"}
 
@@ -465,15 +473,17 @@ def test_best_of_through_finish_hides_logprobs_and_keeps_usage() -> None:
     assert out["choices"] == [
         {"text": "good", "index": 0, "logprobs": None, "finish_reason": "stop"}
     ]
+    assert out["usage"] is not None
     assert out["usage"]["completion_tokens"] == 8  # every candidate was generated
 
 
 def test_mean_logprob_skips_echoed_prompt() -> None:
-    c = {"logprobs": lp(("Say", None), (" hi", -9.0), ("!", -1.0))}
+    # mean_logprob reads a choice's logprobs only: the choices here have nothing else.
+    c = cast(Choice, {"logprobs": lp(("Say", None), (" hi", -9.0), ("!", -1.0))})
     assert mean_logprob(c) == -5.0
     assert mean_logprob(c, "Say hi") == -1.0
     assert mean_logprob(c, [7, 8]) == -1.0
-    assert mean_logprob({"logprobs": None}) == -math.inf
+    assert mean_logprob(cast(Choice, {"logprobs": None})) == -math.inf
 
 
 # ---------------------------------------------------------------- truncate

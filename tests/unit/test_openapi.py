@@ -26,6 +26,7 @@ from core.embeddings import document as embeddings_document
 from core.errors import InvalidRequest
 from core.fields import Declaration, Field
 from core.openapi import build, document_json, error_tree
+from core.responses import EmbeddingUsage, Usage
 from gateway.app import EXACT, PREFIXED
 from gateway.config.portkey import HEADERS as PORTKEY_HEADERS
 from gateway.filestore import file_object
@@ -371,13 +372,13 @@ def test_batch_request_agrees_with_its_schema() -> None:
 def test_answers_the_gateway_renders_match_their_schemas() -> None:
     judge("FileObject").validate(file_object("file-1", 3, "a.jsonl", "batch", 3600))
     judge("FileObject").validate(file_object("file-2", 3, "out.jsonl", files.BATCH_OUTPUT, None))
-    usage = {"prompt_tokens": 2, "total_tokens": 2}
+    usage: EmbeddingUsage = {"prompt_tokens": 2, "total_tokens": 2}
     judge("CreateEmbeddingResponse").validate(
         embeddings_document([[0.5, 1.0], "AAAAPw=="], usage, "m")
     )
     choice = {"text": "a", "index": 0, "logprobs": None, "finish_reason": None}
     delta = {"index": 0, "delta": {"content": "a"}, "logprobs": None, "finish_reason": None}
-    totals = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    totals: Usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
     for kind, name, item in (
         ("text_completion", "CreateCompletionChunk", choice),
         ("chat.completion.chunk", "CreateChatCompletionChunk", delta),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,7 @@ def rule(kind: str = "requests", limit: int = 10, bucket: str = "k:a:r") -> Rule
 # ---------------------------------------------------------------- GCRA
 
 
-def gcra_run(limit: int, costs: list[int], at: list[float] | None = None) -> list[tuple]:
+def gcra_run(limit: int, costs: list[int], at: list[float] | None = None) -> list[tuple[bool, Any]]:
     """One bucket of `limit` per minute, asked for each cost at its time: (admitted, values)."""
     clock = Clock()
     mem = MemoryBackend(clock=clock)

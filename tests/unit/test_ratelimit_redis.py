@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import RateLimited
-from gateway.ratelimit import KeyLimits, Limiter, Limits, RateLimitConfig, RuleBook
+from gateway.ratelimit import Grant, KeyLimits, Limiter, Limits, RateLimitConfig, RuleBook
 from gateway.ratelimit.memory import MemoryBackend
 from gateway.ratelimit.redis_backend import BackendDown, RedisBackend
 from gateway.ratelimit.rules import BreakerConfig, Rule
@@ -187,7 +187,7 @@ async def test_limiter_falls_back_locally_and_shares_again_when_redis_returns(
         await lim.aclose()
 
 
-async def _until_shared(lim: Limiter) -> object:
+async def _until_shared(lim: Limiter) -> Grant:
     """Admissions go local until the breaker's probe finds Redis again (no restart)."""
     while True:
         grant = await lim.admit("a", "m", "m", cost(1))

@@ -24,6 +24,7 @@ from core.provider import Adapter, Prepared, Target
 from gateway.app import GatewayApp, create_app
 from gateway.circuits import OPEN, CircuitPolicy
 from gateway.config import Config, ProviderConfig, parse
+from gateway.http import Message
 from gateway.reload import parse_snapshot, read, successor
 from gateway.runtime import Runtime
 
@@ -220,7 +221,7 @@ async def serving(path: Path) -> AsyncIterator[GatewayApp]:
     snapshot = read(path)
     app = create_app(parse_snapshot(snapshot), watch=snapshot)
     inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    outbox: asyncio.Queue[Message] = asyncio.Queue()
     task = asyncio.create_task(app({"type": "lifespan", "asgi": {}}, inbox.get, outbox.put))
     await inbox.put({"type": "lifespan.startup"})
     assert (await outbox.get())["type"] == "lifespan.startup.complete"
@@ -263,7 +264,7 @@ class HeldRequest:
         await self._body.wait()
         return {"type": "http.request", "body": b"{}", "more_body": False}
 
-    async def _send(self, message: dict[str, Any]) -> None:
+    async def _send(self, message: Message) -> None:
         return None
 
     async def release(self) -> None:

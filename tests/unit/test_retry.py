@@ -86,7 +86,7 @@ def test_config_reads_the_policy() -> None:
     cfg = parse(BASE + "    retry: {attempts: 2, on_status: [429, 503], backoff_s: 0.1}\n")
     (leaf,) = leaves(cfg.models["m"].tree)
     policy = leaf.retry
-    assert (policy.attempts, policy.on_status, policy.backoff_s) == (2, {429, 503}, 0.1)
+    assert (policy.attempts, policy.on_status, policy.backoff_s) == (2, frozenset({429, 503}), 0.1)
     assert leaves(parse(BASE).models["m"].tree)[0].retry.attempts == 0  # none unless asked
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import orjson
 
+from core.responses import Usage
 from gateway.sse import Envelope
 
 CHOICES = [{"text": "a", "index": 0, "logprobs": None, "finish_reason": None}]
-USAGE = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+USAGE: Usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
 
 
 def event(data: bytes) -> dict[str, object]:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 
+from core.responses import Chunk, Usage
 from providers.openai_compat.normalize import extras_for
 from providers.vllm_engine.output import (
     EngineStopped,
@@ -252,7 +253,7 @@ def _pick(vllm_choice: Json, body: Json) -> Json:
     }
 
 
-def ordered(choices: list[Json]) -> list[Json]:
+def ordered(choices: Sequence[Mapping[str, Any]]) -> list[Json]:
     """Choices with each top_logprobs dict as its item list: dict equality ignores key order,
     and the order (the engine's) is part of what must match."""
     out = []
@@ -265,16 +266,19 @@ def ordered(choices: list[Json]) -> list[Json]:
     return out
 
 
-def ours_stream(events: list[Event], body: Json, num_prompts: int) -> tuple[list[Json], Json]:
+def ours_stream(
+    events: list[Event], body: Json, num_prompts: int
+) -> tuple[list[Mapping[str, Any]], Usage]:
     continuous = bool(body.get("stream_options", {}).get("continuous_usage_stats"))
     shape = Rendering.of(body, continuous_usage=continuous)
     stream = RequestStream(shape, body.get("n") or 1, num_prompts, TOK)
-    deltas = []
+    deltas: list[Mapping[str, Any]] = []
     for prompt_idx, res in events:
         for chunk in stream.chunks(prompt_idx, res):
             [delta] = chunk["choices"]
             deltas.append(delta if "usage" not in chunk else {**delta, "usage": chunk["usage"]})
-    assert stream.usage_chunk() == {"choices": [], "usage": stream.usage()}
+    last: Chunk = {"choices": [], "usage": stream.usage()}
+    assert stream.usage_chunk() == last
     return deltas, stream.usage()
 
 
@@ -377,11 +381,13 @@ def test_plain_choice() -> None:
 def test_logprobs_clamp_cut_and_collapse() -> None:
     [c] = completion([result([seq(MAT, mat_logprobs())])], Rendering(logprobs=3), TOK)["choices"]
     lp = c["logprobs"]
+    assert lp is not None
     assert lp["tokens"] == [" sat", " on", " the", " mat"]
     assert lp["token_logprobs"] == [-0.5, -0.125, -0.25, -9999.0]  # -inf → -9999.0
     assert lp["text_offset"] == [0, 4, 7, 11]
     assert lp["top_logprobs"][1] == {" on": -0.125, "\n": -2.5, ".": -9999.0, " dog": -7.0}
     # 20 and 21 both decode to " the": one key, at the first one's place, the last one's value.
+    assert lp["top_logprobs"][2] is not None and lp["top_logprobs"][3] is not None
     assert list(lp["top_logprobs"][2].items()) == [(" the", -0.75), (" mat", -2.0)]
     assert list(lp["top_logprobs"][3].items()) == [
         (" mat", -9999.0),
@@ -390,7 +396,9 @@ def test_logprobs_clamp_cut_and_collapse() -> None:
     ]
     # logprobs=k shows the sampled token and the top k: k + 1 entries.
     [c] = completion([result([seq(MAT, mat_logprobs())])], Rendering(logprobs=1), TOK)["choices"]
-    assert [len(top) for top in c["logprobs"]["top_logprobs"]] == [2, 2, 1, 2]
+    assert c["logprobs"] is not None
+    tops = c["logprobs"]["top_logprobs"]
+    assert [None if top is None else len(top) for top in tops] == [2, 2, 1, 2]
 
 
 def test_echo_shows_prompt_tokens_with_a_null_first_logprob() -> None:
@@ -398,6 +406,7 @@ def test_echo_shows_prompt_tokens_with_a_null_first_logprob() -> None:
     [c] = completion([res], Rendering(echo=True, logprobs=1), TOK)["choices"]
     assert c["text"] == "The cat sat on the mat"
     lp = c["logprobs"]
+    assert lp is not None
     assert lp["tokens"][:4] == ["<s>", "The", " cat", " sat"]
     assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
     assert lp["token_logprobs"][2] == -2.0
@@ -409,6 +418,7 @@ def test_echo_with_max_tokens_0_shows_the_prompt_but_counts_the_throwaway_token(
     ours = completion([result([seq((7,))])], Rendering(echo=True, max_tokens=0, logprobs=0), TOK)
     [c] = ours["choices"]
     assert c["text"] == PROMPT_TEXT
+    assert c["logprobs"] is not None
     assert c["logprobs"]["tokens"] == ["<s>", "The", " cat"]
     assert ours["usage"] == {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
 
@@ -429,7 +439,9 @@ def test_tokens_as_ids_replace_every_token_string() -> None:
     res = result([seq(MAT, mat_logprobs())])
     shape = Rendering(echo=True, logprobs=1, tokens_as_ids=True)
     lp = completion([res], shape, TOK)["choices"][0]["logprobs"]
+    assert lp is not None
     assert lp["tokens"] == [f"token_id:{t}" for t in (*PROMPT_IDS, *MAT)]
+    assert lp["top_logprobs"][3] is not None
     assert list(lp["top_logprobs"][3]) == ["token_id:7", "token_id:9"]
     assert lp["text_offset"][:2] == [0, len("token_id:1")]
 
@@ -769,5 +781,6 @@ def test_stream_copies_repeat_each_delta_under_their_own_indices() -> None:
         (3, " mat"),
     ]
     assert deltas[0]["logprobs"] == deltas[1]["logprobs"]
+    assert deltas[4]["logprobs"] is not None and deltas[5]["logprobs"] is not None
     assert deltas[4]["logprobs"]["text_offset"] == deltas[5]["logprobs"]["text_offset"] == [14]
     assert stream.usage() == {"prompt_tokens": 6, "completion_tokens": 8, "total_tokens": 14}

@@ -14,6 +14,7 @@ from core.completions import RequestLimits, validate_completion
 from core.embeddings import VLLM_FIELDS, decode, validate_embedding
 from core.errors import (
     ContextLengthExceeded,
+    GatewayError,
     InvalidRequest,
     ServiceUnavailable,
     UnsupportedParameter,
@@ -177,13 +178,15 @@ def test_the_answer_in_either_encoding_with_the_inputs_tokens() -> None:
         "usage": {"prompt_tokens": 5, "total_tokens": 5},
     }
     encoded = document(results([0.5, -1.0], [0.25]), "base64", "pool/m")
-    assert [decode(v) for v in encoded["data"]] == [[0.5, -1.0], [0.25]]
+    assert [decode(v) for v in encoded["data"] if isinstance(v, str)] == [[0.5, -1.0], [0.25]]
 
 
 @pytest.mark.parametrize(
     ("retryable", "error"), [(True, ServiceUnavailable), (False, UpstreamError)]
 )
-def test_a_failed_engine_request_is_a_gateway_error(retryable: bool, error: type) -> None:
+def test_a_failed_engine_request_is_a_gateway_error(
+    retryable: bool, error: type[GatewayError]
+) -> None:
     failed = results([1.0])
     failed[0].error = Error("out of blocks", retryable)
     with pytest.raises(error) as caught:

@@ -220,7 +220,7 @@ class Recording(dict[str, Any]):
         super().__init__()
         self.seen: set[str] = set()
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         self.seen.add(key)
         return super().get(key, default)
 
