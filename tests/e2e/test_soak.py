@@ -10,7 +10,9 @@ import itertools
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import orjson
@@ -115,8 +117,22 @@ async def one(
     client: httpx.AsyncClient, prompt: str, stream: bool, leave: int | None, tally: Tally
 ) -> None:
     body = {"model": "mix", "prompt": prompt, "max_tokens": 8, "stream": stream}
+    await exchange(client, "/v1/completions", body, leave, tally)
+
+
+async def exchange(
+    client: httpx.AsyncClient,
+    path: str,
+    body: dict[str, Any],
+    leave: int | None,
+    tally: Tally,
+    check: Callable[[httpx.Response, Tally], None] = check_json,
+) -> None:
+    """POST `body` to `path` and check the answer (a stream's with check_stream, another's with
+    `check`); with `leave`, a 200 stream's caller goes away after that many events."""
+    stream = bool(body.get("stream"))
     try:
-        async with client.stream("POST", "/v1/completions", json=body, headers=auth()) as r:
+        async with client.stream("POST", path, json=body, headers=auth()) as r:
             if leave is not None and r.status_code == 200:
                 events = 0
                 async for line in r.aiter_lines():
@@ -127,12 +143,12 @@ async def one(
                 return  # closing the response here is the caller leaving
             raw = await r.aread()
     except httpx.TimeoutException:
-        tally.bad(f"hung: {prompt!r} stream={stream}")
+        tally.bad(f"hung: {path} {body!r}")
         return
     if stream:
         check_stream(r.status_code, raw, tally)
     else:
-        check_json(httpx.Response(r.status_code, content=raw), tally)
+        check(httpx.Response(r.status_code, content=raw), tally)
 
 
 async def load(url: str, seconds: float, upstreams: tuple[ScriptedUpstream, ...]) -> Tally:
@@ -146,16 +162,18 @@ async def load(url: str, seconds: float, upstreams: tuple[ScriptedUpstream, ...]
             while time.monotonic() < end:
                 await one(client, *next(work), tally)
 
-        async def saboteur() -> None:
-            for step in itertools.cycle(SCRIPTS):
-                if time.monotonic() >= end:
-                    return
-                for upstream in upstreams:
-                    await asyncio.to_thread(upstream.script, step)
-                await asyncio.sleep(0.5)
-
-        await asyncio.gather(saboteur(), *(worker() for _ in range(CONCURRENCY)))
+        await asyncio.gather(saboteur(upstreams, end), *(worker() for _ in range(CONCURRENCY)))
     return tally
+
+
+async def saboteur(upstreams: tuple[ScriptedUpstream, ...], end: float) -> None:
+    """Until `end` (monotonic), the next of SCRIPTS queued on each upstream every 0.5 s."""
+    for step in itertools.cycle(SCRIPTS):
+        if time.monotonic() >= end:
+            return
+        for upstream in upstreams:
+            await asyncio.to_thread(upstream.script, step)
+        await asyncio.sleep(0.5)
 
 
 @dataclass(frozen=True)
