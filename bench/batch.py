@@ -38,15 +38,14 @@ from typing import Any, TypeVar
 import aiohttp
 from run import (
     API_KEY,
-    BENCH_DIR,
     BUSY_GATEWAY_CPU_PERCENT,
-    DEFAULT_GATEWAY_CMD,
     HOST,
     SCENARIOS,
     BenchError,
     Processes,
     Run,
     Target,
+    add_gateway_cmd,
     body_file,
     contention_warnings,
     cpu_seconds,
@@ -60,6 +59,7 @@ from run import (
     start_mock,
     wait_ready,
     write_config,
+    wrk_parser,
 )
 
 MIN_BATCH_VS_LIVE = 0.8
@@ -505,9 +505,7 @@ def report(measured_: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--duration", type=int, default=10, help="seconds per measured wrk run")
-    parser.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per wrk run")
+    parser = wrk_parser(__doc__, "batch_results.json", duration=10, warmup=2)
     parser.add_argument("--lines", type=int, default=10_000, help="the measured batch's lines")
     parser.add_argument(
         "--concurrency", type=int, default=16, help="batches.max_concurrency and live clients"
@@ -521,13 +519,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--big-lines", type=int, default=50_000, help="lines of the batch run during wrk"
     )
-    parser.add_argument("--check", action="store_true", help="exit 1 when a budget fails")
-    parser.add_argument(
-        "--gateway-cmd",
-        default=DEFAULT_GATEWAY_CMD,
-        help="command starting the gateway; {python} {config} {host} {port} are filled in",
-    )
-    parser.add_argument("--output", type=Path, default=BENCH_DIR / "batch_results.json")
+    add_gateway_cmd(parser)
     parser.set_defaults(chunks=64)  # for run.environment()
     return parser.parse_args(argv)
 

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from run import (
     API_KEY,
-    BENCH_DIR,
     GATEWAY_MODELS,
     HOST,
     SCENARIOS,
@@ -45,6 +44,7 @@ from run import (
     start_mock,
     wait_ready,
     wrk,
+    wrk_parser,
 )
 
 BUDGETS = {"memory": 0.95, "redis": 0.80}
@@ -165,12 +165,8 @@ def report(runs: dict[str, list[Run]], args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = wrk_parser(__doc__, "limiter_results.json", duration=3, warmup=3)
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--duration", type=int, default=3, help="seconds per measured run")
-    parser.add_argument("--warmup", type=int, default=3, help="seconds of warm-up per target")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a budget fails")
-    parser.add_argument("--output", type=Path, default=BENCH_DIR / "limiter_results.json")
     return parser.parse_args(argv)
 
 

@@ -598,24 +598,36 @@ def finish(
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--duration", type=int, default=10, help="seconds per measured run")
-    parser.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per run")
+    parser = wrk_parser(__doc__, "results.json", duration=10, warmup=2)
     parser.add_argument("--chunks", type=int, default=64, help="chunks per mock stream")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a budget fails")
     parser.add_argument(
         "--scenarios",
         type=lambda text: text.split(","),
         default=[s.name for s in SCENARIOS],
         help="comma-separated subset of: " + ",".join(s.name for s in SCENARIOS),
     )
+    add_gateway_cmd(parser)
+    return parser.parse_args(argv)
+
+
+def wrk_parser(
+    doc: str | None, output: str, *, duration: int, warmup: int
+) -> argparse.ArgumentParser:
+    """The options every wrk bench has: the runs' lengths, --check, where the results go."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    parser.add_argument("--duration", type=int, default=duration, help="seconds per measured run")
+    parser.add_argument("--warmup", type=int, default=warmup, help="seconds of warm-up per run")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a budget fails")
+    parser.add_argument("--output", type=Path, default=BENCH_DIR / output)
+    return parser
+
+
+def add_gateway_cmd(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gateway-cmd",
         default=DEFAULT_GATEWAY_CMD,
         help="command starting the gateway; {python} {config} {host} {port} are filled in",
     )
-    parser.add_argument("--output", type=Path, default=BENCH_DIR / "results.json")
-    return parser.parse_args(argv)
 
 
 def measured(prefix: str, work: Callable[[Path], T]) -> T | int:

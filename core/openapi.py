@@ -494,6 +494,10 @@ def _query(name: str, schema: Schema, description: str = "") -> Schema:
 
 
 def paths() -> Schema:
+    return {**_inference_paths(), **_files_paths(), **_batches_paths(), **_service_paths()}
+
+
+def _inference_paths() -> Schema:
     completions = (
         "Create a completion",
         COMPLETIONS.name,
@@ -525,6 +529,24 @@ def paths() -> Schema:
     out["/v1/models/{model}"] = {
         "get": _op("retrieveModel", "One alias", _json("Model"), KEY, parameters=[model])
     }
+    return out
+
+
+def _collection(
+    created: tuple[str, str, str, Schema, Schema], listed: tuple[str, str, str], query: list[Schema]
+) -> Schema:
+    """A collection's path: POST creates one (its answer linked to what it leads to), GET
+    lists the caller's. `created`: operation id, summary, answer, links, request body;
+    `listed`: operation id, summary, answer."""
+    op_id, summary, answer, links, body = created
+    list_id, list_summary, page = listed
+    return {
+        "post": _op(op_id, summary, _linked(_json(answer), links), KEY, requestBody=body),
+        "get": _op(list_id, list_summary, _json(page), KEY, parameters=query),
+    }
+
+
+def _files_paths() -> Schema:
     lo, hi = files.LIST_LIMIT
     upload = {
         "required": True,
@@ -535,95 +557,91 @@ def paths() -> Schema:
             }
         },
     }
-    out["/v1/files"] = {
-        "post": _op(
-            "createFile",
-            "Upload a file",
-            _linked(_json("FileObject"), FILE_LINKS),
-            KEY,
-            requestBody=upload,
-        ),
-        "get": _op(
-            "listFiles",
-            "The caller's files",
-            _json("ListFilesResponse"),
-            KEY,
-            parameters=[
-                _query("purpose", {"type": "string"}),
-                _query("limit", {"type": "integer", "minimum": lo, "maximum": hi, "default": hi}),
-                _query("order", {"enum": [*files.ORDERS], "default": "desc"}),
-                _query("after", {"type": "string"}, "A file id: the page starts after it."),
-            ],
-        ),
-    }
+    query = [
+        _query("purpose", {"type": "string"}),
+        _query("limit", {"type": "integer", "minimum": lo, "maximum": hi, "default": hi}),
+        _query("order", {"enum": [*files.ORDERS], "default": "desc"}),
+        _query("after", {"type": "string"}, "A file id: the page starts after it."),
+    ]
     file_id = _path_param("file_id", "A file of the caller's key.")
-    out["/v1/files/{file_id}"] = {
-        "get": _op("retrieveFile", "A file", _json("FileObject"), KEY, parameters=[file_id]),
-        "delete": _op(
-            "deleteFile", "Delete a file", _json("DeleteFileResponse"), KEY, parameters=[file_id]
-        ),
-    }
     content = {
         "description": "The file's bytes",
         "content": {
             "application/octet-stream": {"schema": {"contentMediaType": "application/octet-stream"}}
         },
     }
-    out["/v1/files/{file_id}/content"] = {
-        "get": _op("downloadFile", "A file's bytes", content, KEY, parameters=[file_id])
+    return {
+        "/v1/files": _collection(
+            ("createFile", "Upload a file", "FileObject", FILE_LINKS, upload),
+            ("listFiles", "The caller's files", "ListFilesResponse"),
+            query,
+        ),
+        "/v1/files/{file_id}": {
+            "get": _op("retrieveFile", "A file", _json("FileObject"), KEY, parameters=[file_id]),
+            "delete": _op(
+                "deleteFile",
+                "Delete a file",
+                _json("DeleteFileResponse"),
+                KEY,
+                parameters=[file_id],
+            ),
+        },
+        "/v1/files/{file_id}/content": {
+            "get": _op("downloadFile", "A file's bytes", content, KEY, parameters=[file_id])
+        },
     }
+
+
+def _batches_paths() -> Schema:
     lo, hi = batches.LIST_LIMIT
     create = {
         "required": True,
         "content": {"application/json": {"schema": {"$ref": REF + "CreateBatchRequest"}}},
     }
     limit = {"type": "integer", "minimum": lo, "maximum": hi, "default": batches.DEFAULT_LIST_LIMIT}
-    out["/v1/batches"] = {
-        "post": _op(
-            "createBatch",
-            "Create a batch",
-            _linked(_json("BatchObject"), BATCH_LINKS),
-            KEY,
-            requestBody=create,
-        ),
-        "get": _op(
-            "listBatches",
-            "The caller's batches, newest first",
-            _json("ListBatchesResponse"),
-            KEY,
-            parameters=[
-                _query("limit", limit),
-                _query("after", {"type": "string"}, "A batch id: the page starts after it."),
-            ],
-        ),
-    }
+    query = [
+        _query("limit", limit),
+        _query("after", {"type": "string"}, "A batch id: the page starts after it."),
+    ]
     batch_id = _path_param("batch_id", "A batch of the caller's key.")
-    out["/v1/batches/{batch_id}"] = {
-        "get": _op("retrieveBatch", "A batch", _json("BatchObject"), KEY, parameters=[batch_id])
+    return {
+        "/v1/batches": _collection(
+            ("createBatch", "Create a batch", "BatchObject", BATCH_LINKS, create),
+            ("listBatches", "The caller's batches, newest first", "ListBatchesResponse"),
+            query,
+        ),
+        "/v1/batches/{batch_id}": {
+            "get": _op("retrieveBatch", "A batch", _json("BatchObject"), KEY, parameters=[batch_id])
+        },
+        "/v1/batches/{batch_id}/cancel": {
+            "post": _op(
+                "cancelBatch",
+                "Cancel a batch under way",
+                _json("BatchObject"),
+                KEY,
+                parameters=[batch_id],
+            )
+        },
     }
-    out["/v1/batches/{batch_id}/cancel"] = {
-        "post": _op(
-            "cancelBatch",
-            "Cancel a batch under way",
-            _json("BatchObject"),
-            KEY,
-            parameters=[batch_id],
-        )
-    }
-    out["/livez"] = {"get": _op("livez", "Liveness", _json("Status"), [])}
+
+
+def _service_paths() -> Schema:
+    """The probes, the metrics and this document: no key."""
     ready = _json("Status", "Ready (503 with `starting` until the providers are up)")
-    out["/readyz"] = {"get": _op("readyz", "Readiness", ready, [])}
     metrics = {
         "description": "Prometheus' text format (404 when metrics.enabled is false)",
         "content": {"text/plain": {"schema": {"type": "string"}}},
     }
-    out["/metrics"] = {"get": _op("metrics", "Metrics", metrics, [])}
     document = {
         "description": "This document",
         "content": {"application/json": {"schema": {"type": "object"}}},
     }
-    out["/openapi.json"] = {"get": _op("openapi", "The OpenAPI document", document, [])}
-    return out
+    return {
+        "/livez": {"get": _op("livez", "Liveness", _json("Status"), [])},
+        "/readyz": {"get": _op("readyz", "Readiness", ready, [])},
+        "/metrics": {"get": _op("metrics", "Metrics", metrics, [])},
+        "/openapi.json": {"get": _op("openapi", "The OpenAPI document", document, [])},
+    }
 
 
 # ---------------------------------------------------------------- the document

@@ -18,10 +18,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from providers import tiny_model
 from tests.upstreams.procs import ServerProcess, StopOnExit, start_on_free_port
@@ -32,6 +34,8 @@ SERVED_NAME = "tiny"
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 15.0
 SKIP_ENV = "GATEWAY_SKIP_VLLM"
+# The in-process engine as the tests run it: float32, no CUDA graphs (there is no GPU).
+ENGINE_ARGS: dict[str, Any] = {"dtype": "float32", "enforce_eager": True}
 
 # Everything local and quiet. One engine process (the worker runs inside EngineCore): starts in
 # about half the time and uses half the memory. KV cache 1 GiB: the default (92 % of NUMA node 0)
@@ -119,3 +123,29 @@ class VllmServer(StopOnExit):
     def stop(self) -> int | None:
         """SIGINT the server's process group, wait, then SIGKILL it. Idempotent."""
         return self._server.stop(STOP_TIMEOUT_S)
+
+
+def engine_config(
+    key: str,
+    engine_args: Mapping[str, Any],
+    models: Mapping[str, Mapping[str, Any]],
+    **blocks: Any,
+) -> str:
+    """A gateway config serving the tiny model from one in-process engine (provider `engine`):
+    one key for every model, the engine's arguments over ENGINE_ARGS, each model's block with
+    the engine as its target, and any other top-level `blocks` (files, batches, …)."""
+    config = {
+        "auth": {"keys": [{"id": "t", "key": key, "models": ["*"]}]},
+        "providers": {
+            "engine": {
+                "type": "vllm",
+                "model": str(MODEL_DIR),
+                "engine_args": {**ENGINE_ARGS, **engine_args},
+            }
+        },
+        "models": {
+            alias: {"targets": [{"provider": "engine"}], **block} for alias, block in models.items()
+        },
+        **blocks,
+    }
+    return yaml.safe_dump(config, sort_keys=False)

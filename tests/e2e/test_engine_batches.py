@@ -18,34 +18,25 @@ import pytest
 from tests.e2e.batches import DEADLINE_S, completed, finished, lines_of, start, until
 from tests.e2e.metrics_text import scrape
 from tests.gateway_proc import GatewayProcess
-from tests.vllm_proc import MODEL_DIR, VLLM_ENV, require_vllm
+from tests.vllm_proc import VLLM_ENV, engine_config, require_vllm
 
 require_vllm()
 
 KEY = "sk-engine-batches"
 ENGINE_READY_TIMEOUT_S = 300.0
 QUEUED = 6  # lines in the engine at once: one running, the others waiting
-CONFIG = """\
-auth:
-  keys: [{{id: t, key: {key}, models: ["*"]}}]
-providers:
-  engine:
-    type: vllm
-    model: {model_dir}
-    engine_args:
-      {{max_model_len: 512, dtype: float32, enforce_eager: true, seed: 0, max_num_seqs: 1,
-       kv_cache_memory_bytes: 67108864}}
-models:
-  tiny: {{targets: [{{provider: engine}}]}}
-files: {{store: "{store}"}}
-batches: {{max_concurrency: {queued}, live_concurrency: {queued}, poll_s: 0.05}}
-"""
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     workdir: Path = tmp_path_factory.mktemp("engine-batches")
-    text = CONFIG.format(key=KEY, model_dir=MODEL_DIR, store=workdir / "files", queued=QUEUED)
+    text = engine_config(
+        KEY,
+        {"max_model_len": 512, "seed": 0, "max_num_seqs": 1, "kv_cache_memory_bytes": 1 << 26},
+        {"tiny": {}},
+        files={"store": str(workdir / "files")},
+        batches={"max_concurrency": QUEUED, "live_concurrency": QUEUED, "poll_s": 0.05},
+    )
     with GatewayProcess(text, workdir, env=VLLM_ENV, timeout=ENGINE_READY_TIMEOUT_S) as gw:
         yield gw
 

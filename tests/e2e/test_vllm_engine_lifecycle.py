@@ -27,7 +27,7 @@ from gateway import config as config_mod
 from gateway.app import GatewayApp, create_app
 from providers.vllm_engine.adapter import VllmEngineProvider
 from tests.upstreams.procs import free_port
-from tests.vllm_proc import MODEL_DIR, require_vllm
+from tests.vllm_proc import MODEL_DIR, engine_config, require_vllm
 
 require_vllm()
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -35,22 +35,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 KEY = "sk-life"
 READY_TIMEOUT_S = 300.0
 ABORT_DEADLINE_S = 1.0  # the issue's bound: no running request a second after leaving
-CONFIG = """\
-auth:
-  keys: [{{id: t, key: {key}, models: ["*"]}}]
-providers:
-  engine:
-    type: vllm
-    model: {model_dir}
-    engine_args:
-      max_model_len: 1024
-      dtype: float32
-      enforce_eager: true
-      kv_cache_memory_bytes: 268435456
-models:
-  tiny: {{targets: [{{provider: engine}}]}}
-  tiny-fast: {{targets: [{{provider: engine}}], timeout_s: 0.5}}
-"""
 LONG: dict[str, Any] = {"model": "tiny", "prompt": "Once", "max_tokens": 1000, "ignore_eos": True}
 
 
@@ -90,7 +74,9 @@ async def poll(condition: Callable[[], bool], timeout_s: float, every_s: float =
 
 def write_config(workdir: Path) -> Path:
     path = workdir / "gateway.yaml"
-    path.write_text(CONFIG.format(key=KEY, model_dir=MODEL_DIR))
+    engine_args = {"max_model_len": 1024, "kv_cache_memory_bytes": 1 << 28}
+    models = {"tiny": {}, "tiny-fast": {"timeout_s": 0.5}}
+    path.write_text(engine_config(KEY, engine_args, models))
     return path
 
 
