@@ -322,14 +322,18 @@ class Run:
         done = await self.store.finished(self.record)
         todo = iter([line for line in lines if line.number not in done])
         stop = asyncio.Event()
-        watch = asyncio.create_task(self._watch_status(stop))
-        workers = self.rt.config.batches.max_concurrency
+        n = self.rt.config.batches.max_concurrency
+        workers = [asyncio.create_task(self._work(todo, stop)) for _ in range(n)]
+        watch = asyncio.create_task(self._watch_status(stop, workers))
         try:
-            await asyncio.gather(*(self._work(todo, stop) for _ in range(workers)))
+            outcomes = await asyncio.gather(*workers, return_exceptions=True)
         finally:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
+        for outcome in outcomes:  # a worker stopped by the window's end is not a failure
+            if isinstance(outcome, Exception):
+                raise outcome
 
     async def _work(self, todo: Iterator[Line], stop: asyncio.Event) -> None:
         for line in todo:
@@ -386,9 +390,9 @@ class Run:
                 await reply.error(internal(exc))
             return captured.status, orjson.Fragment(captured.body or b"null")
 
-    async def _watch_status(self, stop: asyncio.Event) -> None:
+    async def _watch_status(self, stop: asyncio.Event, workers: list[asyncio.Task[None]]) -> None:
         """Every quarter second: the counts so far saved, and a cancel or the window's end
-        stops new lines."""
+        stops new lines. The window's end stops the lines in flight too (they are expired)."""
         saved = dict(self.batch["request_counts"])
         renewed = time.monotonic()
         lease = self.rt.config.batches.lease_s
@@ -408,6 +412,8 @@ class Run:
                 stop.set()
             elif time.time() >= self.batch["expires_at"]:
                 stop.set()
+                for worker in workers:
+                    worker.cancel()
             if self.batch["request_counts"] != saved or stop.is_set():
                 saved = dict(self.batch["request_counts"])
                 await self.store.save(self.record)

@@ -219,14 +219,14 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         target = prepared.target
         self._check_serves(pooling.TASK, target)
         work = pooling.embed(llm, prepared.state, self._request_id(), target.label)
-        return await _guarded(work, target)
+        return await _guarded(work, target, _deadline_s(target))
 
     async def complete(self, prepared: Prepared[EngineCompletion]) -> Completion:
         llm = self.engine.llm
         self._check_serves(GENERATE, prepared.target)
         label = prepared.target.label
         try:
-            async with asyncio.timeout(prepared.target.timeout_s):
+            async with asyncio.timeout(_deadline_s(prepared.target)):
                 started = submit.start(llm, prepared.state, self._request_id(), stream=False)
                 inputs, generators = await started
                 results = await submit.finals(generators)
@@ -246,7 +246,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         target = prepared.target
         self._check_serves(GENERATE, target)
         started = submit.start(llm, plan, self._request_id(), stream=True)
-        inputs, generators = await _guarded(started, target)
+        inputs, generators = await _guarded(started, target, target.timeout_s)
         state = output.RequestStream(
             plan.shape,
             plan.fan.keep,
@@ -276,7 +276,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         plan = prepared.state
         front = self._front()
         try:
-            async with asyncio.timeout(target.timeout_s):
+            async with asyncio.timeout(_deadline_s(target)):
                 started = await chat.start(llm, front, plan, self._request_id(), stream=False)
                 results = await submit.finals([started.outputs])
         except TimeoutError:
@@ -302,7 +302,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         self._check_serves(GENERATE, target, CHAT)
         front = self._front()
         started = await _guarded(
-            chat.start(llm, front, plan, self._request_id(), stream=True), target
+            chat.start(llm, front, plan, self._request_id(), stream=True), target, target.timeout_s
         )
         vreq = started.vllm_request
         state = chat_output.ChatStream(
@@ -338,11 +338,17 @@ def _chat_shape(
     return chat_output.ChatRendering.of(plan.request, vreq, plan.fan, auto, echo)
 
 
-async def _guarded(step: Awaitable[T], target: Target, seconds: float | None = None) -> T:
-    """One await on the engine, bounded by `seconds` (default: the target's timeout; for
-    streams: per output), with the engine's exceptions as gateway errors. StopAsyncIteration
-    passes through."""
-    seconds = seconds or target.timeout_s
+def _deadline_s(target: Target) -> float | None:
+    """How long a whole answer may take. A batch's line has no deadline here: the engine serves
+    it after every live request, so it waits as long as live traffic lasts, which is no fault of
+    the engine's. The batch's window bounds it (the runner stops its lines when it ends)."""
+    return None if target.background else target.timeout_s
+
+
+async def _guarded(step: Awaitable[T], target: Target, seconds: float | None) -> T:
+    """One await on the engine, bounded by `seconds` (None: unbounded; for streams: per
+    output), with the engine's exceptions as gateway errors. StopAsyncIteration passes
+    through."""
     try:
         async with asyncio.timeout(seconds):
             return await step

@@ -28,8 +28,13 @@ def requests(n: int, url: str = "/v1/completions", **body: Any) -> bytes:
     return b"\n".join(orjson.dumps(line) for line in lines) + b"\n"
 
 
-def until(client: openai.OpenAI, batch_id: str, done: Callable[[Batch], bool]) -> Batch:
-    deadline = time.monotonic() + DEADLINE_S
+def until(
+    client: openai.OpenAI,
+    batch_id: str,
+    done: Callable[[Batch], bool],
+    deadline_s: float = DEADLINE_S,
+) -> Batch:
+    deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         batch = client.batches.retrieve(batch_id)
         if done(batch):

@@ -37,7 +37,11 @@ class Scrape:
 
 
 def scrape(url: str) -> Scrape:
-    r = httpx.get(f"{url}/metrics", timeout=10.0, trust_env=False)
+    return parse(httpx.get(f"{url}/metrics", timeout=10.0, trust_env=False))
+
+
+def parse(r: httpx.Response) -> Scrape:
+    """A /metrics response read (for a test that scrapes often, through its own client)."""
     r.raise_for_status()
     samples = tuple(s for family in text_string_to_metric_families(r.text) for s in family.samples)
     return Scrape(samples, r.headers["content-type"])

@@ -11,12 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import orjson
 import pytest
 
-from tests.e2e.batches import DEADLINE_S, completed, finished, lines_of, start, until
-from tests.e2e.metrics_text import scrape
+from tests.e2e.batches import completed, finished, lines_of, start, until
+from tests.e2e.metrics_text import Scrape, parse
 from tests.gateway_proc import GatewayProcess
 from tests.vllm_proc import VLLM_ENV, engine_config, require_vllm
 
@@ -24,7 +25,13 @@ require_vllm()
 
 KEY = "sk-engine-batches"
 ENGINE_READY_TIMEOUT_S = 300.0
-QUEUED = 6  # lines in the engine at once: one running, the others waiting
+QUEUED = 8  # lines in the engine at once: one running, the others waiting
+ENOUGH = 4  # lines the test needs still queued when the live request comes, to tell the two
+LEFT = 2  # of those, still in flight when the live request is answered (first-come: none)
+LINE_TOKENS = 400  # long enough that lines are still queued when the test has looked
+SHORT_S = 5  # tiny-short's deadline, shorter than the lines wait
+POLL_S = 0.05
+BATCH_DEADLINE_S = 180.0  # QUEUED * LINE_TOKENS tokens, on a machine busy with other work
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +40,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     text = engine_config(
         KEY,
         {"max_model_len": 512, "seed": 0, "max_num_seqs": 1, "kv_cache_memory_bytes": 1 << 26},
-        {"tiny": {}},
+        # tiny-short: a deadline shorter than the lines below wait in the engine's queue, which
+        # does not apply to them there (they wait behind live requests by design)
+        {"tiny": {}, "tiny-short": {"timeout_s": SHORT_S}},
         files={"store": str(workdir / "files")},
         batches={"max_concurrency": QUEUED, "live_concurrency": QUEUED, "poll_s": 0.05},
     )
@@ -96,18 +105,47 @@ def test_chat_lines_answer_as_live_requests(client: openai.OpenAI) -> None:
 def test_a_live_request_is_served_before_the_lines_queued_ahead_of_it(
     client: openai.OpenAI, gateway: GatewayProcess
 ) -> None:
-    """QUEUED long lines in the engine, one running: a live request that arrives then is the
-    next one served (vLLM's priority scheduling), not the last."""
-    body = {"model": "tiny", "prompt": "Once", "max_tokens": 200, "ignore_eos": True}
-    batch = start(client, jsonl("/v1/completions", [body] * QUEUED))
-    until(client, batch.id, lambda b: b.status == "in_progress")
-    deadline = time.monotonic() + DEADLINE_S
-    while scrape(gateway.url).value("gateway_batch_lines_in_flight") < QUEUED:
-        assert time.monotonic() < deadline, "the batch's lines never all went to the engine"
-    before = completed(client.batches.retrieve(batch.id))
-    live = client.completions.create(model="tiny", prompt="Hi", max_tokens=4)
-    after = completed(client.batches.retrieve(batch.id))
+    """QUEUED long lines in the engine, one running: a live request that arrives then is served
+    next (vLLM's priority scheduling), while first-come it would wait for every line queued.
+    And the lines waiting longer than their model's deadline are not cut by it."""
+    body = {"model": "tiny-short", "prompt": "Once", "max_tokens": LINE_TOKENS, "ignore_eos": True}
+    with httpx.Client(base_url=gateway.url, trust_env=False) as http:
+        answered_before = answered(scrape_with(http))
+        batch = start(client, jsonl("/v1/completions", [body] * QUEUED))
+        queued = all_unanswered_in_engine(http, answered_before)
+        assert queued >= ENOUGH, f"only {queued} lines were left to queue: lengthen them"
+        live = client.completions.create(model="tiny", prompt="Hi", max_tokens=4)
+        # The engine's outputs reach the gateway in the order it made them: a line finished
+        # before the live request is answered has left the flight by then.
+        left = in_flight(scrape_with(http))
     assert live.usage is not None and live.usage.completion_tokens == 4
-    assert after - before <= 2, (before, after)  # served first-come, it would wait for all
-    done = until(client, batch.id, finished)
-    assert done.status == "completed" and completed(done) == QUEUED
+    assert left >= LEFT, (queued, left)
+    done = until(client, batch.id, finished, BATCH_DEADLINE_S)
+    errors = lines_of(client, done.error_file_id) if done.error_file_id else []
+    assert done.status == "completed" and completed(done) == QUEUED, errors
+
+
+def all_unanswered_in_engine(http: httpx.Client, answered_before: float) -> int:
+    """Waits until every line of the batch not yet answered is in flight, and says how many
+    are: from one scrape, so the two figures are of one moment. (The first line may finish
+    before the test first looks, so not "all QUEUED in flight", which would then never come.)"""
+    deadline = time.monotonic() + BATCH_DEADLINE_S
+    while time.monotonic() < deadline:
+        now = scrape_with(http)
+        # A line is counted answered just before it leaves the flight: >=, not ==.
+        if in_flight(now) + answered(now) - answered_before >= QUEUED:
+            return in_flight(now)
+        time.sleep(POLL_S)  # scrapes back to back would slow the gateway, not the engine
+    raise AssertionError(f"lines not in flight: {in_flight(now)} in flight")
+
+
+def scrape_with(http: httpx.Client) -> Scrape:
+    return parse(http.get("/metrics"))
+
+
+def in_flight(now: Scrape) -> int:
+    return int(now.value("gateway_batch_lines_in_flight"))
+
+
+def answered(now: Scrape) -> float:
+    return now.value("gateway_batch_lines_total", operation="text_completion")

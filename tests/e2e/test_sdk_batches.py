@@ -5,12 +5,14 @@ end, and ownership."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -223,7 +225,7 @@ def test_bad_batches_are_400s_naming_the_field(
 
 
 def test_a_gateway_killed_mid_batch_goes_on_where_it_was(
-    gateway: GatewayProcess, scripted_openai_server: ScriptedUpstream, tmp_path: Any
+    gateway: GatewayProcess, scripted_openai_server: ScriptedUpstream, tmp_path: Path
 ) -> None:
     """SIGKILL during a batch, then a gateway started again on the same store: the batch
     completes, no finished line ran twice (at most those in flight at the kill ran again), and
@@ -255,20 +257,11 @@ def test_a_gateway_killed_mid_batch_goes_on_where_it_was(
 
 
 def test_the_window_s_end_expires_the_batch_with_what_is_done(
-    gateway: GatewayProcess, scripted_openai_server: ScriptedUpstream, tmp_path: Any
+    gateway: GatewayProcess, scripted_openai_server: ScriptedUpstream, tmp_path: Path
 ) -> None:
     scripted_openai_server.reset()
     scripted_openai_server.script({"delay_ms": 200, "times": -1})
-    store = str(gateway.config.parent / "store")
-    config = (
-        gateway.config.read_text()
-        .replace(store, str(tmp_path / "store"))
-        .replace("poll_s: 0.05}", "poll_s: 0.05, window_s: 1}")
-    )
-    with (
-        GatewayProcess(config, tmp_path) as short,
-        openai.OpenAI(base_url=short.url + "/v1", api_key=KEY, max_retries=0) as client,
-    ):
+    with one_second_window(gateway, tmp_path) as client:
         batch = start(client, requests(40))
         assert batch.expires_at == batch.created_at + 1
         done = until(client, batch.id, finished)
@@ -284,3 +277,39 @@ def test_the_window_s_end_expires_the_batch_with_what_is_done(
         assert all(x["response"] is None for x in unrun)
         ran = {x["custom_id"] for x in out} | {x["custom_id"] for x in unrun}
         assert ran == {f"req-{i}" for i in range(40)}
+
+
+def test_the_window_s_end_stops_the_lines_in_flight(
+    gateway: GatewayProcess, scripted_openai_server: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """Lines still waiting on their upstream when the window ends are expired then, not waited
+    for: the upstream here answers after longer than the test waits for the batch."""
+    scripted_openai_server.reset()
+    scripted_openai_server.script({"delay_ms": int(2 * DEADLINE_S * 1000), "times": -1})
+    try:
+        with one_second_window(gateway, tmp_path) as client:
+            batch = start(client, requests(3))
+            done = until(client, batch.id, finished)
+            assert done.status == "expired" and completed(done) == 0
+            unrun = lines_of(client, done.error_file_id)
+            assert {x["custom_id"]: x["error"]["code"] for x in unrun} == {
+                f"req-{i}": "batch_expired" for i in range(3)
+            }
+    finally:
+        scripted_openai_server.reset()
+
+
+@contextlib.contextmanager
+def one_second_window(gateway: GatewayProcess, tmp_path: Path) -> Iterator[openai.OpenAI]:
+    """A gateway like the module's, on a store of its own, whose batches' window is 1 s."""
+    store = str(gateway.config.parent / "store")
+    config = (
+        gateway.config.read_text()
+        .replace(store, str(tmp_path / "store"))
+        .replace("poll_s: 0.05}", "poll_s: 0.05, window_s: 1}")
+    )
+    with (
+        GatewayProcess(config, tmp_path) as short,
+        openai.OpenAI(base_url=short.url + "/v1", api_key=KEY, max_retries=0) as client,
+    ):
+        yield client
