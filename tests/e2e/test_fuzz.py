@@ -2,7 +2,7 @@
 requests generated from each operation's schema, valid and not, sent to a gateway on the
 scripted upstreams and to the in-process engine of the session's vLLM stack. Whatever is sent:
 no 5xx, no hang, a status and content type the document lists, and an answer that matches the
-document (every 4xx in OpenAI's error shape).
+document (every 4xx in OpenAI's error shape, a 400 on a body of fields naming one of them).
 
 The generated Portkey headers are dropped (a random `x-portkey-config` is refused before the
 body is read) and the body's model is one the target serves, so that the bodies reach the
@@ -11,6 +11,7 @@ stays well inside its time."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,15 +31,47 @@ from tests.e2e.vllm_stack import VIRTUAL_KEY, Stack
 
 EXAMPLES = 20  # per operation and target
 STATEFUL_EXAMPLES = 30  # sequences of calls
+DROPPED = ("x-portkey-config", "x-portkey-virtual-key", "x-portkey-api-key", "authorization")
+DOCUMENT = build()
+schema = schemathesis.openapi.from_dict(DOCUMENT)
+FIELDS_SENT = ("application/json", "multipart/form-data")  # bodies the gateway reads as fields
+
+
+@schemathesis.check
+def a_400_names_the_parameter_at_fault(ctx: Any, response: Any, case: Any) -> bool | None:
+    """A 400 on a body of fields names the parameter at fault: a field the body has, one the
+    operation's schema knows (a required one missing), or a header sent. A body that is not
+    one of fields (not JSON, not an object) has no field to name."""
+    if response.status_code != 400 or not isinstance(case.body, dict):
+        return None
+    if case.media_type not in FIELDS_SENT:
+        return None
+    error = response.json()["error"]
+    param = error.get("param")
+    assert param is not None, f"a 400 naming no field: {error.get('message')!r}"  # "" is one
+    root = re.split(r"[.\[]", param, maxsplit=1)[0]
+    known = set(case.body) | fields_of(case.operation.path, case.operation.method, case.media_type)
+    known |= {name.lower() for name in case.headers or {}}  # a Portkey header at fault
+    assert root in known, f"a 400 naming {param!r}, not a field of the request"
+    return None
+
+
+def fields_of(path: str, method: str, media_type: str) -> set[str]:
+    """The request's top-level fields in the document."""
+    body = DOCUMENT["paths"][path][method.lower()]["requestBody"]["content"][media_type]["schema"]
+    if "$ref" in body:
+        body = DOCUMENT["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
+    return set(body.get("properties", {}))
+
+
 CHECKS = [
     checks.not_a_server_error,
     checks.status_code_conformance,
     checks.content_type_conformance,
     checks.response_schema_conformance,
     checks.response_headers_conformance,
+    a_400_names_the_parameter_at_fault,
 ]
-DROPPED = ("x-portkey-config", "x-portkey-virtual-key", "x-portkey-api-key", "authorization")
-schema = schemathesis.openapi.from_dict(build())
 
 
 @dataclass(frozen=True)
