@@ -34,6 +34,11 @@ from core.errors import (
 from core.provider import Target
 
 MAX_MESSAGE = 1000  # upstream texts can be whole HTML pages
+# OpenAI's refusal of unknown fields, then their names (", " between them)
+UNRECOGNIZED = (
+    "Unrecognized request argument supplied: ",
+    "Unrecognized request arguments supplied: ",
+)
 RETRY_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
 CONTEXT_MARKERS = (
     "maximum context length",
@@ -123,8 +128,18 @@ def detail_of(data: Any) -> Detail:
 
 
 def _fields(e: Mapping[str, Any]) -> Detail:
-    message = _text(str(e.get("message") or ""))
-    return Detail(message, _str(e.get("type")), _str(e.get("param")), _str(e.get("code")))
+    raw = str(e.get("message") or "")
+    param = _str(e.get("param")) or _unrecognized(raw)
+    return Detail(_text(raw), _str(e.get("type")), param, _str(e.get("code")))
+
+
+def _unrecognized(message: str) -> str | None:
+    """The first field OpenAI's refusal of unknown fields lists (it names none in `param`),
+    so that the caller's error names one."""
+    for prefix in UNRECOGNIZED:
+        if message.startswith(prefix):
+            return message[len(prefix) :].split(", ", 1)[0]
+    return None
 
 
 def _fastapi(detail: Any) -> Detail:

@@ -47,6 +47,15 @@ SHAPES: list[tuple[bytes, Detail]] = [
         b'"code": 400}}',
         Detail("m", "BadRequestError", "input_tokens", None),
     ),
+    (
+        b'{"error": {"message": "Unrecognized request arguments supplied: a.b, c", '
+        b'"type": "invalid_request_error", "param": null, "code": null}}',
+        Detail("Unrecognized request arguments supplied: a.b, c", "invalid_request_error", "a.b"),
+    ),
+    (
+        b'{"error": {"message": "Unrecognized request argument supplied: x y", "param": null}}',
+        Detail("Unrecognized request argument supplied: x y", param="x y"),
+    ),
     (b'{"error": "Unauthorized"}', Detail("Unauthorized")),
     (
         b'{"object": "error", "message": "old", "type": "BadRequestError", "param": null, '
