@@ -18,7 +18,8 @@
 -- written once per call, however many requests of the batch it serves.
 
 local WINDOW = 60
-local EPS = 1e-9
+local EPS = 1e-9  -- seconds: a cost that fills a bucket exactly to the window is admitted
+local EPS_UNITS = 1e-6  -- units: a count rounding left a hair under a whole number is that number
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 
@@ -41,12 +42,14 @@ for s = 1, tonumber(arg()) do
   sets[s] = rules
 end
 
-local tats, dirty, used, removed, added = {}, {}, {}, {}, {}
-local function tat_of(key)
-  local v = tats[key]
+-- A bucket is held here as how far it is drawn (its TAT less now, never below 0), in seconds:
+-- arithmetic on epoch times would lose the low digits that tell a full bucket's last unit.
+local aheads, dirty, used, removed, added = {}, {}, {}, {}, {}
+local function ahead_of(key)
+  local v = aheads[key]
   if v == nil then
-    v = tonumber(redis.call('GET', key)) or now
-    tats[key] = v
+    v = math.max((tonumber(redis.call('GET', key)) or now) - now, 0)
+    aheads[key] = v
   end
   return v
 end
@@ -70,9 +73,7 @@ for _ = 1, tonumber(arg()) do
       removed[key] = removed[key] or {}
       table.insert(removed[key], member)
     elseif kind == 't' and delta ~= 0 then
-      local base = tat_of(key)
-      if delta > 0 and base < now then base = now end
-      tats[key] = math.max(now, base + delta * WINDOW / limit)
+      aheads[key] = math.max(0, ahead_of(key) + delta * WINDOW / limit)
       dirty[key] = true
     end
   end
@@ -108,14 +109,13 @@ for _ = 1, tonumber(arg()) do
       local cost = 1
       if kind == 't' then cost = tokens end
       local interval = WINDOW / limit
-      local base = math.max(tat_of(key), now)
-      local new = base + cost * interval
-      local allow_at = new - WINDOW
-      if allow_at > now + EPS then
-        remaining, reset, retry = math.floor((now + WINDOW - base) / interval + EPS), base - now, allow_at - now
+      local ahead = ahead_of(key)
+      local after = ahead + cost * interval
+      if after > WINDOW + EPS then
+        remaining, reset, retry = math.floor((WINDOW - ahead) / interval + EPS_UNITS), ahead, after - WINDOW
       else
-        remaining, reset, retry = math.floor((now + WINDOW - new) / interval + EPS), new - now, 0
-        news[i] = new
+        remaining, reset, retry = math.floor((WINDOW - after) / interval + EPS_UNITS), after, 0
+        news[i] = after
       end
     end
     if retry > 0 then admitted = 0 end
@@ -132,7 +132,7 @@ for _ = 1, tonumber(arg()) do
         table.insert(added[key], now + lease)
         table.insert(added[key], member)
       else
-        tats[key] = news[i]
+        aheads[key] = news[i]
         dirty[key] = true
       end
     end
@@ -140,8 +140,8 @@ for _ = 1, tonumber(arg()) do
 end
 
 for key in pairs(dirty) do
-  local tat = tats[key]
-  redis.call('SET', key, string.format('%.6f', tat), 'PX', math.ceil((tat - now) * 1000) + 1000)
+  local ahead = aheads[key]
+  redis.call('SET', key, string.format('%.6f', now + ahead), 'PX', math.ceil(ahead * 1000) + 1000)
 end
 for key, args in pairs(added) do
   redis.call('ZADD', key, unpack(args))

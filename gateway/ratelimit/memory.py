@@ -16,7 +16,8 @@ from gateway.ratelimit.headers import kind_headers
 from gateway.ratelimit.rules import WINDOW_S, Ask, RuleSet, Values, Verdict
 
 PARALLEL_RETRY_S = 1.0  # a parallel slot frees when some request ends: no arithmetic says when
-_EPS = 1e-9
+_EPS_S = 1e-9  # seconds: a cost that fills a bucket exactly to the window is admitted
+_EPS_UNITS = 1e-6  # units: a count that rounding left a hair under a whole number is that number
 SWEEP_EVERY = 4096  # decisions between sweeps of buckets that are full again
 
 
@@ -48,7 +49,6 @@ class MemoryBackend:
         The general path, with every rule's values: it explains refusals, and `local` mode
         runs it (its limits divided). The usual admission takes `take`."""
         now = self._clock()
-        limit_at = now + WINDOW_S  # a bucket may be filled up to here
         tats, slots = self._tat, self._slots
         rules = ask.rules
         if self._divisor != 1:
@@ -67,18 +67,16 @@ class MemoryBackend:
                     values.append((0, 0.0, PARALLEL_RETRY_S))
                 continue
             interval = rule.interval
-            base = tats.get(rule.bucket, now)
-            if base < now:
-                base = now
-            tat = base + (ask.tokens if kind == "tokens" else 1) * interval
-            if tat > limit_at + _EPS:  # refused: report the bucket as it stands
+            ahead = tats.get(rule.bucket, now) - now  # how far the bucket is drawn: seconds
+            if ahead < 0:
+                ahead = 0.0
+            after = ahead + (ask.tokens if kind == "tokens" else 1) * interval
+            if after > WINDOW_S + _EPS_S:  # refused: report the bucket as it stands
                 admitted = False
-                values.append(
-                    (int((limit_at - base) / interval + _EPS), base - now, tat - limit_at)
-                )
+                values.append((_left(ahead, interval), ahead, after - WINDOW_S))
             else:
-                values.append((int((limit_at - tat) / interval + _EPS), tat - now, 0.0))
-                writes.append((rule.bucket, tat))
+                values.append((_left(after, interval), after, 0.0))
+                writes.append((rule.bucket, now + after))
         if admitted:
             tats.update(writes)
             if len(writes) < len(rules):
@@ -94,28 +92,27 @@ class MemoryBackend:
         explains). No Verdict and no values: it runs for every request. Limits as configured:
         the `local` fallback, which divides them, decides."""
         now = self._clock()
-        limit_at = now + WINDOW_S
         tats, slots = self._tat, self._slots
-        new: list[float] = []
+        aheads: list[float] = []  # how far each bucket is drawn once admitted: seconds
         for bucket, interval, per_token in found.rates:
-            base = tats.get(bucket, now)
-            tat = (base if base > now else now) + (tokens if per_token else 1) * interval
-            if tat > limit_at + _EPS:
+            ahead = tats.get(bucket, now) - now
+            after = (ahead if ahead > 0 else 0.0) + (tokens if per_token else 1) * interval
+            if after > WINDOW_S + _EPS_S:
                 return None
-            new.append(tat)
+            aheads.append(after)
         for bucket, limit in found.slots:
             if slots.get(bucket, 0) >= limit:
                 return None
-        for (bucket, _, _), tat in zip(found.rates, new):  # noqa: B905 (same length)
-            tats[bucket] = tat
+        for (bucket, _, _), after in zip(found.rates, aheads):  # noqa: B905 (same length)
+            tats[bucket] = now + after
         for bucket, _ in found.slots:
             slots[bucket] = slots.get(bucket, 0) + 1
         self._counted(now)
         out: RawHeaders = []
         for kind, ix in found.reported:
-            i = ix[0] if len(ix) == 1 else _binding(found, new, limit_at, ix)
-            remaining = int((limit_at - new[i]) / found.rates[i][1] + _EPS)
-            out += kind_headers(kind, found.rules[i].limit_header, remaining, new[i] - now)
+            i = ix[0] if len(ix) == 1 else _binding(found, aheads, ix)
+            remaining = _left(aheads[i], found.rates[i][1])
+            out += kind_headers(kind, found.rules[i].limit_header, remaining, aheads[i])
         return out
 
     def settle(self, ask: Ask, delta_tokens: int) -> None:
@@ -148,10 +145,18 @@ class MemoryBackend:
         return None
 
 
-def _binding(found: RuleSet, tats: list[float], limit_at: float, ix: tuple[int, ...]) -> int:
+def _left(ahead: float, interval: float) -> int:
+    """Whole units left in a bucket drawn `ahead` seconds. The arithmetic is on how far the
+    bucket is drawn, never on absolute times: a clock that has run for weeks (or the Redis
+    server's, in epoch seconds) would cost the difference of two large numbers its low digits,
+    and a full bucket would then report one unit fewer than it holds."""
+    return int((WINDOW_S - ahead) / interval + _EPS_UNITS)
+
+
+def _binding(found: RuleSet, aheads: list[float], ix: tuple[int, ...]) -> int:
     """Of several rules of a kind, the one with the fewest left (of those, the smallest)."""
 
     def left(i: int) -> tuple[int, int]:
-        return int((limit_at - tats[i]) / found.rates[i][1] + _EPS), found.rules[i].limit
+        return _left(aheads[i], found.rates[i][1]), found.rules[i].limit
 
     return min(ix, key=left)

@@ -308,6 +308,27 @@ def test_take_admits_and_reports_exactly_as_decide() -> None:
     assert outcomes == {True, False}
 
 
+FULL_BUCKET_CASES = [(100_000, c) for c in (1, 7, 225, 4321, 99_999)] + [
+    (6_000_000, 777),
+    (37, 5),
+]
+
+
+@pytest.mark.parametrize("now", [1000.0, 2.5e6, 1.76e9])  # a new process, weeks up, epoch s
+def test_a_full_bucket_reports_exactly_what_is_left(now: float) -> None:
+    """Limit less cost, to the unit, however long the clock has run: the arithmetic is on how
+    far a bucket is drawn, not on two large times whose difference loses its low digits."""
+    clock = Clock()
+    for limit, cost_ in FULL_BUCKET_CASES:
+        for offset in (0.0, 0.1, 0.123457, 0.3):
+            clock.now = now + offset
+            r = rule("tokens", limit, f"t{limit}:{cost_}:{offset}")
+            fresh = MemoryBackend(clock=clock)
+            assert fresh.decide(ask(r, tokens=cost_)).states[0].remaining == limit - cost_
+            headers = dict(MemoryBackend(clock=clock).take(RuleSet.of((r,)), cost_) or [])
+            assert headers[b"x-ratelimit-remaining-tokens"] == b"%d" % (limit - cost_)
+
+
 def test_rule_sets_put_rate_rules_first() -> None:
     found = RuleSet.of((rule("parallel", 2, "p"), rule("tokens", 9, "t"), rule("requests", 3)))
     assert [r.kind for r in found.rules] == ["tokens", "requests", "parallel"]

@@ -16,7 +16,7 @@ from gateway.ratelimit.memory import MemoryBackend
 from gateway.ratelimit.redis_backend import BackendDown, RedisBackend
 from gateway.ratelimit.rules import BreakerConfig, Rule
 from tests.redis_proc import RedisCluster, RedisServer
-from tests.unit.test_ratelimit import Seen, ask, cost, rule
+from tests.unit.test_ratelimit import FULL_BUCKET_CASES, Seen, ask, cost, rule
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,20 @@ async def test_script_decides_as_the_memory_backend(redis: RedisServer) -> None:
             assert [s.retry_s > 0 for s in r.states] == [s.retry_s > 0 for s in m.states]
             for rs, ms in zip(r.states, m.states, strict=True):
                 assert rs.reset_s == pytest.approx(ms.reset_s, abs=0.5)
+    finally:
+        await red.aclose()
+
+
+async def test_a_full_bucket_reports_exactly_what_is_left(redis: RedisServer) -> None:
+    """On the server's clock (epoch seconds), a fresh bucket reports limit less cost to the
+    unit: the script's arithmetic is on how far a bucket is drawn, not on epoch times."""
+    red = await backend(redis)
+    try:
+        for limit, cost_ in FULL_BUCKET_CASES:
+            for attempt in range(20):  # each at another instant: other low digits of the clock
+                r = rule("tokens", limit, f"t{limit}:{cost_}:{attempt}")
+                verdict = await red.admit(ask(r, tokens=cost_))
+                assert verdict.states[0].remaining == limit - cost_, (limit, cost_, attempt)
     finally:
         await red.aclose()
 
