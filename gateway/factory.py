@@ -11,5 +11,9 @@ from gateway.reload import parse_snapshot, read
 
 
 def app_from_env() -> GatewayApp:
+    """The config file and the number of worker processes come from `gateway serve`."""
     snapshot = read(Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")))
-    return create_app(parse_snapshot(snapshot), serving_process=True, watch=snapshot)
+    workers = int(os.environ.get("GATEWAY_WORKERS", "1"))
+    return create_app(
+        parse_snapshot(snapshot), serving_process=True, watch=snapshot, workers=workers
+    )

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import ConfigError
-from core.provider import Provider, ProviderClass
+from core.provider import Provider, ProviderClass, SharedCore
 from providers.openai_compat.adapter import OpenAICompatProvider
 from providers.vllm_engine.adapter import VllmEngineProvider
 
@@ -42,3 +42,12 @@ def build(name: str, settings: Mapping[str, Any], path: str) -> Provider:
     """The provider of a block (nothing is started: no I/O)."""
     tag, cls = adapter(settings, path)
     return cls.from_config(name, tag, settings, path)
+
+
+def shared_core(
+    name: str, settings: Mapping[str, Any], path: str, workers: int
+) -> SharedCore | None:
+    """What `workers` worker processes share of the block's provider (launched by the serving
+    process), or None."""
+    tag, cls = adapter(settings, path)
+    return cls.shared_core(name, tag, settings, path, workers)

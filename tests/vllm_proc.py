@@ -133,7 +133,9 @@ def engine_config(
 ) -> str:
     """A gateway config serving the tiny model from one in-process engine (provider `engine`):
     one key for every model, the engine's arguments over ENGINE_ARGS, each model's block with
-    the engine as its target, and any other top-level `blocks` (files, batches, …)."""
+    the engine as its target, and any other top-level `blocks` (files, batches, …). Builds the
+    tiny model first when it is not there yet (a no-op when it is current)."""
+    tiny_model.build(MODEL_DIR)
     config = {
         "auth": {"keys": [{"id": "t", "key": key, "models": ["*"]}]},
         "providers": {

@@ -130,6 +130,21 @@ class Config:
         dev = hashlib.sha256(DEV_KEY.encode()).digest()
         return any(k.sha256 == dev for k in self.keys)
 
+    def check_workers(self, workers: int) -> None:
+        """Several worker processes count rate limits apart on the memory backend, so a limit
+        there would let each of them admit the whole of it: a ConfigError naming the limit."""
+        if workers == 1 or self.rate_limit.backend != "memory":
+            return
+        limited = [f"auth.keys[{i}]" for i, k in enumerate(self.keys) if k.limits.limited]
+        limited += [f"models.{name}.limits" for name, m in self.models.items() if m.limits.items()]
+        if limited:
+            raise ConfigError(
+                limited[0],
+                f"a rate limit with {workers} workers on the memory backend would be counted in "
+                "each worker apart; set rate_limit.backend: redis (one count for every worker "
+                "and replica) or run one worker",
+            )
+
 
 # ---------------------------------------------------------------- loading
 

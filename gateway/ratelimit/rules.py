@@ -131,6 +131,10 @@ class KeyLimits:
     limits: Limits
     per_model: tuple[tuple[str, Limits], ...]  # (alias glob, limits), first match wins
 
+    @property
+    def limited(self) -> bool:
+        return bool(self.limits.items()) or any(lim.items() for _, lim in self.per_model)
+
 
 class RuleBook:
     """Resolves (key id, model) to its rules once and remembers the answer for configured

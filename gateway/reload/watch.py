@@ -76,9 +76,12 @@ class Host(Protocol):
 
 
 class Reloader:
-    def __init__(self, host: Host, running: Snapshot, build: Build = build_provider) -> None:
+    def __init__(
+        self, host: Host, running: Snapshot, build: Build = build_provider, workers: int = 1
+    ) -> None:
         self._host = host
         self._build = build
+        self._workers = workers
         self._path = running.path
         self._running = running.data  # the bytes the runtime in use was built from
         self._seen = running.signature  # the file at the last check
@@ -152,6 +155,7 @@ class Reloader:
                 self._unchanged()
                 return
             config = await asyncio.to_thread(parse_snapshot, snapshot)
+            config.check_workers(self._workers)
             handover = await successor(old, config, self._build)
         except ConfigError as err:
             self._refuse(str(err))

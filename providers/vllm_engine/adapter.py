@@ -34,13 +34,14 @@ from providers import vllm_checks
 from providers.params import apply_rules
 from providers.vllm_engine import chat, chat_output, output, pooling, submit
 from providers.vllm_engine.chat import ChatFront, EngineChat
-from providers.vllm_engine.engine import GENERATE, Engine
+from providers.vllm_engine.engine import GENERATE, Engine, engine_args
 from providers.vllm_engine.errors import engine_error
 from providers.vllm_engine.fanout import beam_fanout, fanout, select, temperature_of
 from providers.vllm_engine.pooling import EngineEmbedding
 from providers.vllm_engine.rules import CHAT_RULES, RULES
 from providers.vllm_engine.sampling import Generation, sampling_kwargs
 from providers.vllm_engine.settings import parse_settings
+from providers.vllm_engine.shared import EngineCore, slot_of
 from providers.vllm_engine.submit import EngineCompletion
 
 if TYPE_CHECKING:
@@ -87,7 +88,14 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
     def from_config(
         cls, name: str, type_tag: str, settings: Mapping[str, Any], path: str
     ) -> VllmEngineProvider:
-        return cls(name, Engine(name, parse_settings(settings, path)))
+        return cls(name, Engine(name, parse_settings(settings, path), slot_of(name, path)))
+
+    @classmethod
+    def shared_core(
+        cls, name: str, type_tag: str, settings: Mapping[str, Any], path: str, workers: int
+    ) -> EngineCore:
+        """Several workers share one engine: the serving process runs its core."""
+        return EngineCore(name, engine_args(parse_settings(settings, path)), workers)
 
     async def start(self) -> None:
         await self.engine.start()

@@ -25,6 +25,7 @@ from core.errors import ServiceUnavailable
 from providers.vllm_engine.chat import ChatFront, build_front
 from providers.vllm_engine.mirostat import LOGITS_PROCESSOR
 from providers.vllm_engine.settings import EngineSettings
+from providers.vllm_engine.shared import Slot, StatusPipe, usage_context, vllm_args
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -41,14 +42,22 @@ MISSING = (
 )
 
 
+class CoreNotRunning(RuntimeError):
+    """The shared core this worker's engine is a client of did not start."""
+
+
 class Engine:
     """The lifecycle of one provider's engine: starting → ready (or failed, with a reason)."""
 
-    def __init__(self, name: str, settings: EngineSettings) -> None:
+    def __init__(self, name: str, settings: EngineSettings, slot: Slot | None = None) -> None:
         self.name = name
         self.settings = settings
+        # One of several workers: the engine is a client of the core the serving process runs.
+        self.slot = slot
+        self._status: StatusPipe | None = None
         self._llm: AsyncLLM | None = None
         self._boot: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
         self._failure: str | None = None
         # What the running engine serves ("generate", or pooling tasks such as "embed").
         self.tasks: frozenset[str] = frozenset()
@@ -84,9 +93,11 @@ class Engine:
         began = time.monotonic()
         log.info("provider %r: starting the vLLM engine for %s", self.name, self.settings.model)
         try:
+            if self.slot is not None:
+                await self._core_started(self.slot)
             # Handed over through a box: the executor's futures must not keep the engine alive.
             box: list[AsyncLLM] = []
-            await asyncio.to_thread(lambda: box.append(build_engine(self.settings)))
+            await asyncio.to_thread(lambda: box.append(build_engine(self.settings, self.slot)))
             llm = box.pop()
             try:
                 self.tasks = frozenset(await llm.get_supported_tasks())
@@ -104,10 +115,15 @@ class Engine:
             if isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith("vllm"):
                 self._failure = MISSING.format(name=self.name)
                 log.error("%s", self._failure)
+            elif isinstance(exc, CoreNotRunning):
+                self._failure = str(exc)
+                log.error("provider %r: %s", self.name, self._failure)
             else:
                 self._failure = f"{type(exc).__name__}: {exc}"
                 log.exception("provider %r: the vLLM engine failed to start", self.name)
             return
+        if self._status is not None:
+            self._watch = asyncio.create_task(self._watch_core(self._status))
         log.info(
             "provider %r: vLLM engine ready in %.1f s (max_model_len %d, serves %s)",
             self.name,
@@ -116,10 +132,35 @@ class Engine:
             ", ".join(sorted(self.tasks)),
         )
 
+    async def _core_started(self, slot: Slot) -> None:
+        """Waits for the serving process's word that the shared core serves: a client built
+        before that would wait on a core that may never come."""
+        self._status = StatusPipe(slot.status_fd)
+        status, detail = await self._status.next()
+        if status != "ready":
+            raise CoreNotRunning(f"the shared engine core did not start: {detail}")
+
+    async def _watch_core(self, status: StatusPipe) -> None:
+        """The core's death, as the serving process sees it: the client is marked dead and shut
+        down, as a lone engine's client does when its core process ends."""
+        _, detail = await status.next()
+        llm = self._llm
+        if llm is None:
+            return
+        log.error("provider %r: the shared engine core died: %s", self.name, detail)
+        client = llm.engine_core
+        client.resources.engine_dead = True
+        client.shutdown()
+
     async def aclose(self) -> None:
         if self._boot is not None:
             # A half-built engine cannot be interrupted safely: let it finish, then stop it.
             await asyncio.gather(self._boot, return_exceptions=True)
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        if self._status is not None:
+            self._status.close()
         llm, self._llm = self._llm, None
         self.chat = None
         if llm is not None:
@@ -146,17 +187,25 @@ def engine_args(settings: EngineSettings) -> dict[str, Any]:
     }
 
 
-def build_engine(settings: EngineSettings) -> AsyncLLM:
+def build_engine(settings: EngineSettings, slot: Slot | None = None) -> AsyncLLM:
+    """The provider's engine: its own (core and client), or with a slot, a client of the
+    shared core (as each API server of `vllm serve --api-server-count N` builds its own)."""
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
-    from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    args = AsyncEngineArgs(**engine_args(settings))  # an unknown argument: TypeError, named
-    if args.create_model_config().runner_type == "pooling":
-        # vLLM refuses logits processors on pooling models; Mirostat is for generation only.
-        args.logits_processors = None
-    return AsyncLLM.from_engine_args(args)
+    if slot is None:
+        return AsyncLLM.from_engine_args(vllm_args(engine_args(settings)))
+    args = vllm_args(engine_args(settings), slot.count, slot.index)
+    return AsyncLLM.from_vllm_config(
+        args.create_engine_config(usage_context=usage_context()),
+        usage_context=usage_context(),
+        enable_log_requests=args.enable_log_requests,
+        disable_log_stats=args.disable_log_stats,
+        client_addresses=slot.client_addresses(),
+        client_count=slot.count,
+        client_index=slot.index,
+    )
 
 
 def _close_zmq(llm: AsyncLLM) -> None:

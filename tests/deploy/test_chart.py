@@ -297,9 +297,11 @@ def test_in_cluster_redis(rendered: dict[str, Objects]) -> None:
     gateway_pods = objs[("Deployment", FULLNAME)]["spec"]["template"]["metadata"]["labels"]
     assert not service["spec"]["selector"].items() <= gateway_pods.items()
     assert redis_url(objs)["value"] == f"redis://{REDIS_NAME}:6379/0"
+    # Redis down: each of the 3 pods' 2 workers enforces limit / 6 on its own.
+    assert flag(container(objs)["args"], "--workers") == "2"
     limits = yaml.safe_load(gateway_config(objs))["rate_limit"]
     assert limits == {
-        "backend": "redis", "redis_url": "${GATEWAY_REDIS_URL}", "replicas": 3,
+        "backend": "redis", "redis_url": "${GATEWAY_REDIS_URL}", "replicas": 6,
         "on_backend_error": "local",
     }  # fmt: skip
     policy = objs[("NetworkPolicy", REDIS_NAME)]["spec"]
@@ -471,6 +473,12 @@ SHARED = {"files": {"store": "s3://b/p"}, "redis": {"enabled": True}}
          "object-store URL"),
         ({"replicaCount": 2, "files": {"store": "s3://b/p"}},
          "with replicaCount 2, batches are leased through Redis"),
+        ({"gateway": {"workers": 0}}, "/gateway/workers"),
+        ({"gateway": {"workers": 2}}, "config.auth.keys[0] sets rate limits: with "
+         "gateway.workers 2, use the redis rate-limit backend"),
+        ({"gateway": {"workers": 2}, "config": {"auth": {"keys": [{"id": "a", "key": "k"}]},
+          "models": {"m": {"targets": [{"provider": "vllm"}], "limits": {"rpm": 5}}}}},
+         "config.models.m.limits: with gateway.workers 2"),
     ],
 )  # fmt: skip
 def test_bad_values_are_refused_naming_them(

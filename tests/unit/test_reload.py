@@ -216,10 +216,11 @@ async def test_host_port_and_metrics_switch_wait_for_a_restart() -> None:
 
 
 @contextlib.asynccontextmanager
-async def serving(path: Path) -> AsyncIterator[GatewayApp]:
-    """The app built from a file, its lifespan (and with it the reloader) running."""
+async def serving(path: Path, workers: int = 1) -> AsyncIterator[GatewayApp]:
+    """The app built from a file, its lifespan (and with it the reloader) running, as one of
+    `workers` serving processes."""
     snapshot = read(path)
-    app = create_app(parse_snapshot(snapshot), watch=snapshot)
+    app = create_app(parse_snapshot(snapshot), watch=snapshot, workers=workers)
     inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     outbox: asyncio.Queue[Message] = asyncio.Queue()
     task = asyncio.create_task(app({"type": "lifespan", "asgi": {}}, inbox.get, outbox.put))
@@ -320,3 +321,27 @@ async def test_a_touch_changes_nothing_and_an_invalid_file_is_refused(
         write(path, document())  # back to what runs: nothing is refused any more
         await until(lambda: gauge("gateway_config_last_reload_success") == 1)
         assert app.runtime is first
+
+
+async def test_with_several_workers_a_limit_on_the_memory_backend_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each worker would count the limit apart: the reload names it and the running config
+    stays; on the redis backend the same limit is one count for all."""
+    path = tmp_path / "gateway.yaml"
+    unlimited = document()
+    unlimited["auth"]["keys"][0].pop("limits")
+    write(path, unlimited)
+    async with serving(path, workers=2) as app:
+        first = app.runtime
+        limited = document()
+        limited["models"]["m"]["limits"] = {"tpm": 100}
+        with caplog.at_level(logging.ERROR, logger="gateway.reload"):
+            write(path, limited)
+            await until(lambda: reloads(app, "error") == 1)
+        assert app.runtime is first
+        [record] = caplog.records
+        assert record.getMessage().startswith(
+            "config reload refused: auth.keys[0]: a rate limit with 2 workers on the memory "
+            "backend would be counted in each worker apart; set rate_limit.backend: redis"
+        )

@@ -22,6 +22,7 @@ from providers.vllm_engine.engine import Engine, engine_args
 from providers.vllm_engine.fanout import Fanout, fanout, mean_logprob, select
 from providers.vllm_engine.mirostat import LOGITS_PROCESSOR
 from providers.vllm_engine.settings import EngineSettings
+from providers.vllm_engine.shared import Slot
 
 SETTINGS = EngineSettings("./models/tiny", {"max_model_len": 64})
 
@@ -127,7 +128,7 @@ async def test_starting_engine_answers_503_with_retry_after() -> None:
 async def test_missing_vllm_is_said_clearly(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def no_vllm(_: EngineSettings) -> None:
+    def no_vllm(_: EngineSettings, slot: Slot | None) -> None:
         raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
 
     monkeypatch.setattr(engine_mod, "build_engine", no_vllm)
@@ -145,7 +146,7 @@ async def test_missing_vllm_is_said_clearly(
 
 
 async def test_a_failed_start_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    def bad_args(_: EngineSettings) -> None:
+    def bad_args(_: EngineSettings, slot: Slot | None) -> None:
         raise TypeError("__init__() got an unexpected keyword argument 'max_model_lenn'")
 
     monkeypatch.setattr(engine_mod, "build_engine", bad_args)

@@ -69,8 +69,9 @@ app.kubernetes.io/component: redis
 {{- if or .Values.redis.enabled .Values.externalRedis.url .Values.externalRedis.existingSecret }}true{{ end }}
 {{- end }}
 
-{{/* Pods that can run at once: the rate limiter's fallback (Redis down) divides each limit
-     by this, so that all pods together never admit more than the limit. */}}
+{{/* Pods that can run at once. The rate limiter's fallback (Redis down) divides each limit
+     by this times the workers of a pod (each process counts on its own then), so that all of
+     them together never admit more than the limit. */}}
 {{- define "gateway.maxPods" -}}
 {{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.maxReplicas }}{{ else }}{{ .Values.replicaCount }}{{ end }}
 {{- end }}
@@ -106,10 +107,30 @@ app.kubernetes.io/component: redis
 {{- end }}
 {{- end }}
 
+{{/* Several workers in a pod count rate limits apart on the memory backend: refuse a limit
+     there, naming it (the gateway refuses the same at start). */}}
+{{- define "gateway.checkWorkers" -}}
+{{- $workers := int .Values.gateway.workers }}
+{{- $backend := (default dict .Values.config.rate_limit).backend }}
+{{- if and (gt $workers 1) (not (include "gateway.redisWired" .)) (ne (toString $backend) "redis") }}
+{{- range $i, $key := (default dict .Values.config.auth).keys }}
+{{- if or $key.limits $key.model_limits }}
+{{- fail (printf "config.auth.keys[%d] sets rate limits: with gateway.workers %d, use the redis rate-limit backend (redis.enabled or externalRedis); the memory backend would count them in each worker apart" $i $workers) }}
+{{- end }}
+{{- end }}
+{{- range $alias, $model := .Values.config.models }}
+{{- if $model.limits }}
+{{- fail (printf "config.models.%s.limits: with gateway.workers %d, use the redis rate-limit backend (redis.enabled or externalRedis); the memory backend would count them in each worker apart" $alias $workers) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* The gateway's config.yaml: the user's config plus what the deployment decides (listen
      address and port; the Redis the chart wires up; files and batches). */}}
 {{- define "gateway.config" -}}
 {{- include "gateway.checkFiles" . }}
+{{- include "gateway.checkWorkers" . }}
 {{- $cfg := deepCopy .Values.config }}
 {{- $server := deepCopy (default dict $cfg.server) }}
 {{- $_ := set $server "host" "0.0.0.0" }}
@@ -119,7 +140,7 @@ app.kubernetes.io/component: redis
 {{- $limits := deepCopy (default dict $cfg.rate_limit) }}
 {{- $_ := set $limits "backend" "redis" }}
 {{- $_ := set $limits "redis_url" "${GATEWAY_REDIS_URL}" }}
-{{- $_ := set $limits "replicas" (int (include "gateway.maxPods" .)) }}
+{{- $_ := set $limits "replicas" (mul (int (include "gateway.maxPods" .)) (int .Values.gateway.workers)) }}
 {{- $_ := set $cfg "rate_limit" $limits }}
 {{- end }}
 {{- $_ := set $cfg "files" (dict "store" .Values.files.store "max_bytes" (int64 .Values.files.maxBytes)) }}
