@@ -1,7 +1,7 @@
 """Batches on the in-process engine (`type: vllm`, the tiny model), with the openai SDK: each
 line answered as the same request sent live is (greedy, so the same tokens), completions and
-chat; and the engine serving a live request before the batch's lines queued ahead of it (their
-lower vLLM priority). One engine for the module, running one sequence at a time
+chat; and the engine serving a live request before the batch's sequences queued ahead of it
+(their lower vLLM priority). One engine for the module, running one sequence at a time
 (`max_num_seqs: 1`), so that the order it serves requests in shows."""
 
 from __future__ import annotations
@@ -25,13 +25,19 @@ require_vllm()
 
 KEY = "sk-engine-batches"
 ENGINE_READY_TIMEOUT_S = 300.0
-QUEUED = 8  # lines in the engine at once: one running, the others waiting
-ENOUGH = 4  # lines the test needs still queued when the live request comes, to tell the two
-LEFT = 2  # of those, still in flight when the live request is answered (first-come: none)
-LINE_TOKENS = 400  # long enough that lines are still queued when the test has looked
-SHORT_S = 5  # tiny-short's deadline, shorter than the lines wait
+ENGINE_ARGS = {
+    "max_model_len": 512,
+    "seed": 0,
+    "max_num_seqs": 1,
+    "kv_cache_memory_bytes": 1 << 26,
+    "enable_log_requests": True,  # the priority test waits on its word
+}
+CHILDREN = 64  # the line's sequences (n), each its own request in the engine's queue
+CHILD_TOKENS = 320
+ADDED = "Added request "  # what vLLM logs as the engine takes a request (enable_log_requests)
+SHORT_S = 1  # tiny-short's deadline, shorter than the line takes
 POLL_S = 0.05
-BATCH_DEADLINE_S = 600.0  # QUEUED * LINE_TOKENS tokens, on a machine busy with other work
+BATCH_DEADLINE_S = 600.0  # CHILDREN * CHILD_TOKENS tokens, on a machine busy with other work
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +45,16 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     workdir: Path = tmp_path_factory.mktemp("engine-batches")
     text = engine_config(
         KEY,
-        {"max_model_len": 512, "seed": 0, "max_num_seqs": 1, "kv_cache_memory_bytes": 1 << 26},
-        # tiny-short: a deadline shorter than the lines below wait in the engine's queue, which
-        # does not apply to them there (they wait behind live requests by design)
+        ENGINE_ARGS,
+        # tiny-short: a deadline shorter than the line below takes in the engine's queue, which
+        # does not apply to it there (it waits behind live requests by design)
         {"tiny": {}, "tiny-short": {"timeout_s": SHORT_S}},
         files={"store": str(workdir / "files")},
-        batches={"max_concurrency": QUEUED, "live_concurrency": QUEUED, "poll_s": 0.05},
+        batches={"max_concurrency": 4, "live_concurrency": 4, "poll_s": 0.05},
     )
-    with GatewayProcess(text, workdir, env=VLLM_ENV, timeout=ENGINE_READY_TIMEOUT_S) as gw:
+    with GatewayProcess(
+        text, workdir, env=VLLM_ENV, timeout=ENGINE_READY_TIMEOUT_S, log_level="info"
+    ) as gw:
         yield gw
 
 
@@ -105,38 +113,44 @@ def test_chat_lines_answer_as_live_requests(client: openai.OpenAI) -> None:
 def test_a_live_request_is_served_before_the_lines_queued_ahead_of_it(
     client: openai.OpenAI, gateway: GatewayProcess
 ) -> None:
-    """QUEUED long lines in the engine, one running: a live request that arrives then is served
-    next (vLLM's priority scheduling), while first-come it would wait for every line queued.
-    And the lines waiting longer than their model's deadline are not cut by it."""
-    body = {"model": "tiny-short", "prompt": "Once", "max_tokens": LINE_TOKENS, "ignore_eos": True}
+    """A batch line in the engine as CHILDREN sequences, all queued there (vLLM says so as it
+    adds each) and run one at a time: a live request that arrives then is served after the one
+    running, while first-come it would wait for every one queued, and the line would be done
+    first. And the line, waiting longer than its model's deadline, is not cut by it.
+
+    Queued in the engine, not just sent: without the wait on vLLM's word, the live request
+    could reach the engine first and pass without any priority. Many short sequences, not a
+    few long ones, so that the line lasts long past the live request's own way through the
+    gateway even on a busy machine (the tiny model makes a token in well under a millisecond)."""
+    body = {
+        "model": "tiny-short", "prompt": "Once", "n": CHILDREN, "max_tokens": CHILD_TOKENS,
+        "ignore_eos": True, "temperature": 1.0,
+    }  # fmt: skip
     with httpx.Client(base_url=gateway.url, trust_env=False) as http:
-        answered_before = answered(scrape_with(http))
-        batch = start(client, jsonl("/v1/completions", [body] * QUEUED))
-        queued = all_unanswered_in_engine(http, answered_before)
-        assert queued >= ENOUGH, f"only {queued} lines were left to queue: lengthen them"
+        added_before = added(gateway)
+        batch = start(client, jsonl("/v1/completions", [body]))
+        wait_added(gateway, added_before + CHILDREN)
         live = client.completions.create(model="tiny", prompt="Hi", max_tokens=4)
-        # The engine's outputs reach the gateway in the order it made them: a line finished
-        # before the live request is answered has left the flight by then.
-        left = in_flight(scrape_with(http))
+        left = in_flight(scrape_with(http))  # the line still runs when the live is answered
     assert live.usage is not None and live.usage.completion_tokens == 4
-    assert left >= LEFT, (queued, left)
+    assert left == 1, "the batch's line was done before the live request"
     done = until(client, batch.id, finished, BATCH_DEADLINE_S)
     errors = lines_of(client, done.error_file_id) if done.error_file_id else []
-    assert done.status == "completed" and completed(done) == QUEUED, errors
+    assert done.status == "completed" and completed(done) == 1, errors
+    (answer,) = lines_of(client, done.output_file_id)
+    assert len(answer["response"]["body"]["choices"]) == CHILDREN
 
 
-def all_unanswered_in_engine(http: httpx.Client, answered_before: float) -> int:
-    """Waits until every line of the batch not yet answered is in flight, and says how many
-    are: from one scrape, so the two figures are of one moment. (The first line may finish
-    before the test first looks, so not "all QUEUED in flight", which would then never come.)"""
+def added(gateway: GatewayProcess) -> int:
+    """Sequences the engine has taken so far (vLLM logs each as it adds it)."""
+    return gateway.logs().count(ADDED)
+
+
+def wait_added(gateway: GatewayProcess, count: int) -> None:
     deadline = time.monotonic() + BATCH_DEADLINE_S
-    while time.monotonic() < deadline:
-        now = scrape_with(http)
-        # A line is counted answered just before it leaves the flight: >=, not ==.
-        if in_flight(now) + answered(now) - answered_before >= QUEUED:
-            return in_flight(now)
-        time.sleep(POLL_S)  # scrapes back to back would slow the gateway, not the engine
-    raise AssertionError(f"lines not in flight: {in_flight(now)} in flight")
+    while added(gateway) < count:
+        assert time.monotonic() < deadline, gateway.logs()[-4000:]
+        time.sleep(POLL_S)
 
 
 def scrape_with(http: httpx.Client) -> Scrape:
@@ -145,7 +159,3 @@ def scrape_with(http: httpx.Client) -> Scrape:
 
 def in_flight(now: Scrape) -> int:
     return int(now.value("gateway_batch_lines_in_flight"))
-
-
-def answered(now: Scrape) -> float:
-    return now.value("gateway_batch_lines_total", operation="text_completion")

@@ -178,7 +178,10 @@ def test_sigterm_drains_the_workers_before_the_core_stops(pod: Pod) -> None:
         future = pool.submit(stream_events, pod, long, began)
         until(began.is_set, PROBE_S, pod.gw)
         pod.gw.send_signal(signal.SIGTERM)
-        events = future.result(timeout=300)
+        try:
+            events = future.result(timeout=300)
+        except httpx.HTTPError as exc:
+            raise AssertionError(f"{exc!r}\n{pod.gw.logs()[-6000:]}") from exc
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[-1]["usage"]["completion_tokens"] == 300  # every token, after the signal
