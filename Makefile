@@ -90,10 +90,11 @@ lint: $(STAMP)
 	$(BIN)/mypy $(TYPED)
 	$(BIN)/lint-imports
 
-# The gateway vs direct on a mock upstream (completions, chat and embeddings), the rate limiters'
-# cost (none, memory, redis), the Batch API (lines/s vs live requests/s, live traffic during a
-# batch), then the in-process engine vs vLLM's own server (completions, chat, then embeddings on
-# a pooling model).
+# The gateway vs direct on a mock upstream (completions, chat and embeddings) beside the bare
+# pass-throughs (the stack's floor), with 1 and 2 workers; the rate limiters' cost (none, memory,
+# redis); the Batch API (lines/s vs live requests/s, live traffic during a batch); then the
+# in-process engine vs vLLM's own server (completions, chat, 2 front-ends on one engine, then
+# embeddings on a pooling model).
 bench: install
 	@./scripts/debs.sh $(BENCH_DEBS)
 	$(BIN)/python bench/run.py
@@ -101,6 +102,7 @@ bench: install
 	$(BIN)/python bench/batch.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/engine.py --endpoint chat
+	$(BIN)/python bench/engine.py --workers 2 --clients 32 --max-tokens 4 --requests 40
 	$(BIN)/python bench/engine_embeddings.py
 
 # Ten minutes (GATEWAY_SOAK_S) of mixed traffic with faults and a batch through one worker, on the

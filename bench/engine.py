@@ -14,7 +14,12 @@ Budget: the gateway's tokens/s at least the server's, its TTFT p50 no worse. `--
 runs the same on POST /v1/chat/completions (each prompt as one user message through the model's
 chat template; the first token is the first content delta after the role's).
 
+Scale-out: `--workers N --clients C` runs `gateway serve --workers N` (one engine, N front-ends)
+against `vllm serve --api-server-count N` (the same), C concurrent streams instead of 1 and 8:
+many small requests (`--max-tokens 4`) are where the front-ends' work shows.
+
     .venv/bin/python bench/engine.py [--endpoint chat] [--rounds 3] [--max-tokens 128] [--check]
+    .venv/bin/python bench/engine.py --workers 2 --clients 32 --max-tokens 4 --requests 40
 """
 
 from __future__ import annotations
@@ -122,12 +127,13 @@ COLUMNS = Columns("streams", "tokens/s", "tokens_per_s", "TTFT p50 ms", "ttft_p5
 # ---------------------------------------------------------------- servers
 
 
-def server_command(port: int, pooling: bool) -> list[str]:
+def server_command(port: int, pooling: bool, workers: int = 1) -> list[str]:
+    """`vllm serve`, with N API servers in front of the one engine core as it runs them."""
     return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(MODEL_DIR), "--served-model-name", "tiny",
-        "--host", HOST, "--port", str(port),
+        sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(MODEL_DIR),
+        "--served-model-name", "tiny", "--host", HOST, "--port", str(port),
         "--max-model-len", "1024", "--dtype", "float32", "--enforce-eager", "--seed", "0",
+        "--api-server-count", str(workers),
         *(("--runner", "pooling", "--convert", "embed") if pooling else ()),
     ]  # fmt: skip
 
@@ -151,7 +157,7 @@ def gateway_config(tmp: Path, pooling: bool) -> Path:
 
 @contextmanager
 def serving(
-    name: str, tmp: Path, pooling: bool = False, endpoint: str = "completions"
+    name: str, tmp: Path, pooling: bool = False, endpoint: str = "completions", workers: int = 1
 ) -> Iterator[Target]:
     """One target at a time: two CPU engines side by side would bind their workers to the same
     core and spin against each other (vLLM's default OpenMP binding), which is noise. Started
@@ -160,9 +166,9 @@ def serving(
     os.environ.update(ENV)
     port = free_port()
     if name == SERVER:
-        command = server_command(port, pooling)
+        command = server_command(port, pooling, workers)
     else:
-        command = gateway_command(tmp, port, pooling)
+        command = gateway_command(tmp, port, pooling, workers)
     ready = f"http://{HOST}:{port}" + ("/health" if name == SERVER else "/readyz")
     log_path = tmp / f"{name}.log"
     with log_path.open("wb") as log:
@@ -233,10 +239,10 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def gateway_command(tmp: Path, port: int, pooling: bool) -> list[str]:
+def gateway_command(tmp: Path, port: int, pooling: bool, workers: int = 1) -> list[str]:
     return [
         sys.executable, "-m", "gateway", "serve", "--config", str(gateway_config(tmp, pooling)),
-        "--host", HOST, "--port", str(port), "--log-level", "warning",
+        "--host", HOST, "--port", str(port), "--log-level", "warning", "--workers", str(workers),
     ]  # fmt: skip
 
 
@@ -357,6 +363,7 @@ def report(results: list[Result], args: argparse.Namespace) -> int:
             failures.append(f"{streams} streams: TTFT p50 {ttft:+.1f} ms over the server's")
     output = {
         "endpoint": args.endpoint,
+        "workers": args.workers,
         "rounds": args.rounds,
         "max_tokens": args.max_tokens,
         "results": table,
@@ -388,7 +395,10 @@ async def measure(target: Target, rnd: int, args: argparse.Namespace) -> list[Re
     await run_load(target, 8, 1, args.max_tokens)  # warm-up: first requests compile, allocate
     await settle()
     results = []
-    for streams, per_stream in ((1, args.requests), (8, max(1, args.requests // 4))):
+    levels: tuple[tuple[int, int], ...] = ((1, args.requests), (8, max(1, args.requests // 4)))
+    if args.clients:
+        levels = ((args.clients, args.requests),)
+    for streams, per_stream in levels:
         result = await run_load(target, streams, per_stream, args.max_tokens)
         result.round = rnd
         results.append(result)
@@ -401,13 +411,14 @@ def alternate(
     pooling: bool,
     work: Callable[[Target, int], Coroutine[Any, Any, list[R]]],
     endpoint: str = "completions",
+    workers: int = 1,
 ) -> list[R]:
     """`work` on each target in each round, one target running at a time, the order
     alternating from round to round."""
     results: list[R] = []
     for rnd in range(rounds):
         for name in (SERVER, GATEWAY) if rnd % 2 == 0 else (GATEWAY, SERVER):
-            with serving(name, tmp, pooling, endpoint) as target:
+            with serving(name, tmp, pooling, endpoint, workers) as target:
                 results.extend(asyncio.run(work(target, rnd)))
     return results
 
@@ -419,7 +430,7 @@ def bench(args: argparse.Namespace, tmp: Path) -> list[Result]:
             await asyncio.sleep(3600)
         return await measure(target, rnd, args)
 
-    return alternate(args.rounds, tmp, False, work, ENDPOINTS[args.endpoint])
+    return alternate(args.rounds, tmp, False, work, ENDPOINTS[args.endpoint], args.workers)
 
 
 def run_bench(
@@ -455,10 +466,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--check", action="store_true", help="exit 1 when a budget fails")
     parser.add_argument("--hold", action="store_true", help="print the URLs and keep serving")
     parser.add_argument("--endpoint", choices=sorted(ENDPOINTS), default="completions")
+    parser.add_argument("--workers", type=int, default=1, help="front-ends of each target")
+    parser.add_argument("--clients", type=int, default=0, help="one level of C streams")
     parser.add_argument("--output", type=Path, default=None, help="default: by endpoint")
     args = parser.parse_args(argv)
     if args.output is None:
-        args.output = BENCH_DIR / OUTPUTS[args.endpoint]
+        scaled = f"_{args.workers}w" if args.workers > 1 else ""
+        args.output = BENCH_DIR / OUTPUTS[args.endpoint].replace("_results", f"{scaled}_results")
     return args
 
 
