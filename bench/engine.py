@@ -130,7 +130,7 @@ COLUMNS = Columns("streams", "tokens/s", "tokens_per_s", "TTFT p50 ms", "ttft_p5
 def server_command(port: int, pooling: bool, workers: int = 1) -> list[str]:
     """`vllm serve`, with N API servers in front of the one engine core as it runs them."""
     return [
-        sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(MODEL_DIR),
+        sys.executable, str(BENCH_DIR / "vllm_serve.py"), "serve", str(MODEL_DIR),
         "--served-model-name", "tiny", "--host", HOST, "--port", str(port),
         "--max-model-len", "1024", "--dtype", "float32", "--enforce-eager", "--seed", "0",
         "--api-server-count", str(workers),
