@@ -252,12 +252,11 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         self, prepared: Prepared[UpstreamCompletion]
     ) -> AsyncGenerator[list[Chunk], None]:
         plan = prepared.state
-        label = prepared.target.label
-        resp = await self._send(prepared, self._client.open_stream)
+        opened = await self._send(prepared, self._client.open_stream)
         normalizer = StreamNormalizer(plan.shape)
         try:
             yield []  # the upstream accepted: the caller's headers can go out now
-            async with aclosing(self._client.batches(resp, label)) as batches:
+            async with aclosing(self._client.batches(opened, prepared.target)) as batches:
                 async for events in batches:
                     out, failure = _normalized(normalizer.feed, events)
                     if out:  # what came before a bad event still reaches the caller
@@ -268,7 +267,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
             if last:
                 yield last
         finally:
-            resp.close()  # a no-op after a complete stream; cuts the upstream off otherwise
+            await opened.aclose()  # a no-op after a complete stream; cuts the upstream off
 
     async def complete_chat(self, prepared: Prepared[UpstreamChat]) -> ChatCompletion:
         body = await self._send_chat(prepared, self._client.post_json)
@@ -277,11 +276,11 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
     async def stream_chat(
         self, prepared: Prepared[UpstreamChat]
     ) -> AsyncGenerator[list[ChatChunk], None]:
-        resp = await self._send_chat(prepared, self._client.open_stream)
+        opened = await self._send_chat(prepared, self._client.open_stream)
         normalizer = ChatStreamNormalizer(prepared.state.shape)
         try:
             yield []  # the upstream accepted: the caller's headers can go out now
-            async with aclosing(self._client.batches(resp, prepared.target.label)) as batches:
+            async with aclosing(self._client.batches(opened, prepared.target)) as batches:
                 async for events in batches:
                     out, failure = _normalized(normalizer.feed, events)
                     if out:
@@ -292,7 +291,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
             if last:
                 yield last
         finally:
-            resp.close()
+            await opened.aclose()
 
     async def _send_chat(self, prepared: Prepared[UpstreamChat], post: ChatPost[T]) -> T:
         """As `_send`, for chat: the rendered prompt checked where the upstream clamps, and one

@@ -1,15 +1,18 @@
-"""The HTTP side: one pooled aiohttp session per provider, JSON calls and SSE streams.
+"""The HTTP side: pooled connections per provider (http1.py), JSON calls and SSE streams.
 
-Everything that does not change per request (URL, headers, the pool) is fixed at construction.
-Failures leave here already translated into the gateway's error tree (errors.py).
+Everything that does not change per request (the origin, headers, the pool) is fixed at
+construction. Every deadline is asyncio's: a request cancelled under way aborts its connection,
+so the upstream sees it. Failures leave here already translated into the gateway's error tree
+(errors.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping
+from typing import TypeVar
+from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
 from core.errors import GatewayError
@@ -24,18 +27,38 @@ from .errors import (
     transport_error,
     upstream_error,
 )
+from .http1 import HttpClientError, Origin, Pool, Response
 from .sse import DONE, SSEDecoder
 
 MAX_ERROR_BODY = 64 * 1024  # error bodies are short; a proxy's HTML page is cut here
-DNS_TTL_S = 300
 KEEPALIVE_S = 30.0
 DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body before closing
 DRAIN_BYTES = 64 * 1024
-MAX_TIMEOUTS = 64
+MAX_PATHS = 64
+T = TypeVar("T")
+
+
+class UpstreamStream:
+    """An open streamed response, its status 2xx. `aclose` ends it: a body not read to its end
+    closes the connection, so the upstream sees the caller leave and stops generating; a body
+    read to its end leaves the connection to the pool."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+    async def next_chunk(self, seconds: float) -> bytes | None:
+        """What has arrived of the body, waiting up to `seconds` for some; None at its end."""
+        async with asyncio.timeout(seconds):
+            return await self.response.chunk()
+
+    async def aclose(self) -> None:
+        self.response.close()
 
 
 class UpstreamClient:
-    __slots__ = ("_connect_s", "_headers", "_limit", "_secret", "_session", "_timeouts", "_url")
+    __slots__ = ("_connect_s", "_headers", "_limit", "_paths", "_pool", "_secret", "_url")
 
     def __init__(
         self,
@@ -51,69 +74,44 @@ class UpstreamClient:
         self._limit = max_connections
         self._connect_s = connect_timeout_s
         self._secret = secret  # only to scrub it from upstream error messages
-        self._session: aiohttp.ClientSession | None = None
-        # Timeouts come from config, so there are few: built once, not per request (bounded
-        # all the same, in case a caller ever passes computed ones).
-        self._timeouts: dict[tuple[float, float | None, bool], aiohttp.ClientTimeout] = {}
-
-    def _timeout(self, target: Target, stream: bool) -> aiohttp.ClientTimeout:
-        """A JSON call: a total deadline. A stream: none (its length is the caller's
-        max_tokens); the target's timeout bounds each wait for the next bytes instead."""
-        key = (target.timeout_s, target.connect_s, stream)
-        timeout = self._timeouts.get(key)
-        if timeout is None:
-            timeout = aiohttp.ClientTimeout(
-                total=None if stream else target.timeout_s,
-                sock_connect=target.connect_s or self._connect_s,
-                sock_read=target.timeout_s if stream else None,
-            )
-            if len(self._timeouts) >= MAX_TIMEOUTS:
-                self._timeouts.clear()
-            self._timeouts[key] = timeout
-        return timeout
+        self._pool: Pool | None = None
+        self._paths: dict[str, str] = {}  # the few addresses of this upstream in use
 
     async def start(self) -> None:
-        if self._session is not None:
-            return
-        connector = aiohttp.TCPConnector(
-            limit=self._limit, ttl_dns_cache=DNS_TTL_S, keepalive_timeout=KEEPALIVE_S
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            headers=self._headers,
-            raise_for_status=False,
-            cookie_jar=aiohttp.DummyCookieJar(),  # upstream cookies must not leak between callers
-        )
+        if self._pool is None:
+            self._pool = Pool(self._url, self._headers, self._limit, KEEPALIVE_S)
 
     async def aclose(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     def ready(self) -> bool:
-        return self._session is not None and not self._session.closed
+        return self._pool is not None
 
-    async def _request(
+    async def _sent(
         self, method: str, url: str, target: Target, payload: bytes | None, stream: bool
-    ) -> aiohttp.ClientResponse:
+    ) -> Response:
         """The response, once its status and headers are in: within the target's first_byte_s
-        when it has one."""
-        if self._session is None:
+        when it has one, else (a stream) its timeout_s."""
+        if self._pool is None:
             raise RuntimeError("UpstreamClient.start() was not called")
-        # A redirect means a wrong base_url; following it would turn the POST into a GET.
-        sent = self._session.request(
-            method, url, data=payload, timeout=self._timeout(target, stream), allow_redirects=False
-        )
-        if target.first_byte_s is None:
-            return await sent
-        deadline = asyncio.timeout(target.first_byte_s)
-        try:
-            async with deadline:
-                return await sent
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # aiohttp's own (connect) timeout
-            raise first_byte_timeout(target) from None
+        path = self._paths.get(url) or self._path(url)
+        sent = self._pool.request(method, path, payload or b"", target.connect_s or self._connect_s)
+        first_byte = target.first_byte_s
+        return await _within(sent, first_byte or (target.timeout_s if stream else None), target)
+
+    def _path(self, url: str) -> str:
+        """The request target of an address of this upstream (its path and query); an address
+        elsewhere is a bug, refused: the pool connects only where the config said."""
+        assert self._pool is not None
+        if Origin.of(url) != self._pool.origin:
+            raise RuntimeError(f"{url!r} is not an address of {self._url!r}")
+        parts = urlsplit(url)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if len(self._paths) < MAX_PATHS:
+            self._paths[url] = path
+        return path
 
     async def post_json(self, payload: bytes, target: Target, url: str | None = None) -> Json:
         """POST to the completions URL (or `url`, another endpoint of this upstream) and parse
@@ -121,16 +119,21 @@ class UpstreamClient:
         return await self.call_json("POST", url or self._url, payload, target)
 
     async def call_json(self, method: str, url: str, payload: bytes | None, target: Target) -> Json:
-        """One JSON call to `url` (an address of this same upstream, never a caller's)."""
+        """One JSON call to `url` (an address of this same upstream, never a caller's), its
+        whole answer within the target's timeout_s."""
         label = target.label
         try:
-            async with await self._request(method, url, target, payload, False) as resp:
-                raw = await resp.read()
-                if not 200 <= resp.status < 300:
-                    detail = parse_body(raw[:MAX_ERROR_BODY])
-                    raise upstream_error(resp.status, detail, resp.headers, label, self._secret)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            async with asyncio.timeout(target.timeout_s):
+                resp = await self._sent(method, url, target, payload, False)
+                try:
+                    raw = await resp.read()
+                finally:
+                    resp.close()
+        except (HttpClientError, TimeoutError) as exc:
             raise transport_error(exc, label) from None
+        if not 200 <= resp.status < 300:
+            detail = parse_body(raw[:MAX_ERROR_BODY])
+            raise upstream_error(resp.status, detail, resp.headers, label, self._secret)
         return self._document(raw, label)
 
     def _document(self, raw: bytes, label: str) -> Json:
@@ -146,63 +149,62 @@ class UpstreamClient:
 
     async def open_stream(
         self, payload: bytes, target: Target, url: str | None = None
-    ) -> aiohttp.ClientResponse:
+    ) -> UpstreamStream:
         """POST a streaming request (to the completions URL, or `url`); returns the open
         response once its status is known to be 2xx. The caller owns it: it must be closed
-        (events() does, and so must the caller if it never gets to iterate)."""
+        (`aclose`; batches() does when it ends)."""
         label = target.label
         try:
-            resp = await self._request("POST", url or self._url, target, payload, True)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            resp = await self._sent("POST", url or self._url, target, payload, True)
+        except (HttpClientError, TimeoutError) as exc:
             raise transport_error(exc, label) from None
+        opened = UpstreamStream(resp)
         if 200 <= resp.status < 300:
-            return resp
+            return opened
         try:
-            raw = await resp.content.read(MAX_ERROR_BODY)
-        except (aiohttp.ClientError, TimeoutError):
+            async with asyncio.timeout(target.timeout_s):
+                raw = await resp.read(MAX_ERROR_BODY)
+        except (HttpClientError, TimeoutError):
             raw = b""
         finally:
-            resp.release()  # reused only if the body was read to its end
+            resp.close()
         raise upstream_error(resp.status, parse_body(raw), resp.headers, label, self._secret)
 
     async def batches(
-        self, resp: aiohttp.ClientResponse, label: str
+        self, opened: UpstreamStream, target: Target
     ) -> AsyncGenerator[list[Json], None]:
         """The JSON events of an open stream up to `[DONE]`, one list per read from the socket
-        (what arrived together). If the consumer stops early (aclose or cancellation: the
-        caller went away), the connection is closed at once, so the upstream sees the
-        disconnect and stops generating."""
-        finished = False
+        (what arrived together), each read within the target's timeout_s. If the consumer stops
+        early (aclose or cancellation: the caller went away), the connection is closed at once,
+        so the upstream sees the disconnect and stops generating."""
+        label = target.label
         try:
-            if resp.content_type == "application/json":
+            if opened.response.content_type == "application/json":
                 # Some servers answer a stream request with one JSON document; its shape is
                 # that of a (single, complete) stream chunk.
-                yield [self._document(await resp.read(), label)]
-                finished = True
+                async with asyncio.timeout(target.timeout_s):
+                    raw = await opened.response.read()
+                yield [self._document(raw, label)]
                 return
             decoder = SSEDecoder()
-            async for chunk in resp.content.iter_any():
+            while (chunk := await opened.next_chunk(target.timeout_s)) is not None:
                 batch, done, failure = self._parse(decoder.feed(chunk), label)
                 if batch:  # what came before a bad event still reaches the caller
                     yield batch
                 if failure is not None:
                     raise failure
                 if done:
-                    finished = await _drain(resp)
+                    await _drain(opened)
                     return
             batch, _, failure = self._parse(decoder.flush(), label)
             if batch:
                 yield batch
             if failure is not None:
                 raise failure
-            finished = True
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise transport_error(exc, label) from None
+        except (HttpClientError, TimeoutError) as exc:
+            raise transport_error(exc, label, answering=True) from None
         finally:
-            if finished:
-                resp.release()
-            else:
-                resp.close()
+            await opened.aclose()
 
     def _parse(
         self, datas: Iterable[bytes], label: str
@@ -231,17 +233,28 @@ class UpstreamClient:
         return event
 
 
-async def _drain(resp: aiohttp.ClientResponse) -> bool:
+async def _within(step: Awaitable[T], seconds: float | None, target: Target) -> T:
+    """`step` within `seconds` (None: unbounded). Running out of the target's first_byte_s is
+    said as such; of any other deadline, as a timeout."""
+    if seconds is None:
+        return await step
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            return await step
+    except TimeoutError:
+        if deadline.expired() and seconds == target.first_byte_s:
+            raise first_byte_timeout(target) from None
+        raise
+
+
+async def _drain(opened: UpstreamStream) -> None:
     """Read what follows `[DONE]` (normally just the end of the chunked body) so the connection
-    can go back to the pool; True when the body ended."""
+    can go back to the pool; a body that does not end soon is cut off by the close."""
+    left = DRAIN_BYTES
     try:
         async with asyncio.timeout(DRAIN_S):
-            left = DRAIN_BYTES
-            while left > 0:
-                data = await resp.content.read(left)
-                if not data:
-                    return True
-                left -= len(data)
-    except (aiohttp.ClientError, TimeoutError):
+            while left > 0 and (chunk := await opened.response.chunk()) is not None:
+                left -= len(chunk)
+    except (HttpClientError, TimeoutError):
         pass
-    return False

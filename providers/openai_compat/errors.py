@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-import aiohttp
 import orjson
 
 from core.errors import (
@@ -32,6 +31,8 @@ from core.errors import (
     UpstreamUnreachable,
 )
 from core.provider import Target
+
+from . import http1
 
 MAX_MESSAGE = 1000  # upstream texts can be whole HTML pages
 # OpenAI's refusal of unknown fields, then their names (", " between them)
@@ -228,25 +229,26 @@ def event_error(data: Mapping[str, Any], label: str, secret: str = "") -> Gatewa
     return upstream_error(status, detail, {}, label, secret)
 
 
-def transport_error(exc: BaseException, label: str) -> UpstreamError:
-    """aiohttp/socket failures; the exception's text has no request headers, hence no key."""
+def transport_error(exc: BaseException, label: str, answering: bool = False) -> UpstreamError:
+    """The HTTP client's failures (http1.py), or a deadline's; `answering`: the response had
+    begun. Their text names no request header, hence no key."""
     who = f"Upstream {label}"
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+    if isinstance(exc, http1.ConnectTimeout):
         return UpstreamTimeout(f"{who} did not accept a connection in time.", target=label)
     if isinstance(exc, TimeoutError):
         return UpstreamTimeout(f"{who} did not answer in time.", target=label)
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return UpstreamUnreachable(f"{who} closed the connection.", target=label)
-    if isinstance(exc, aiohttp.ClientConnectionError):
-        return UpstreamUnreachable(f"{who} is unreachable: {_text(str(exc))}", target=label)
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        # aiohttp's text ("TransferEncodingError: 400, …") is about framing, not the caller's
-        # request: a status in it would only mislead.
+    if answering or isinstance(exc, http1.ResponseIncomplete):
+        # Framing or a cut connection, not the caller's request: the client's words about it
+        # would only mislead.
         return UpstreamError(
             f"{who} broke off its response before the end.",
             target=label,
             code="upstream_response_incomplete",
         )
+    if isinstance(exc, http1.ConnectFailed):
+        return UpstreamUnreachable(f"{who} is unreachable: {_text(str(exc))}", target=label)
+    if isinstance(exc, http1.ConnectionClosed):
+        return UpstreamUnreachable(f"{who} closed the connection.", target=label)
     return UpstreamError(f"{who} request failed ({type(exc).__name__}).", target=label)
 
 

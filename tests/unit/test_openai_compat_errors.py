@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 
@@ -17,6 +16,7 @@ from core.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from providers.openai_compat import http1
 from providers.openai_compat.errors import (
     Detail,
     event_error,
@@ -245,12 +245,11 @@ def test_event_error_uses_int_code_as_status() -> None:
 
 
 def test_transport_errors() -> None:
-    key = aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None)
-    refused = aiohttp.ClientConnectorError(key, OSError(111, "Connection refused"))
-    e = transport_error(refused, LABEL)
+    """The client's failures: the operating system's words where they say why."""
+    e = transport_error(http1.ConnectFailed("Connection refused"), LABEL)
     assert (type(e), e.status, e.target) == (UpstreamUnreachable, 502, LABEL)
-    assert e.message.startswith(f"Upstream {LABEL} is unreachable: ")
-    e = transport_error(aiohttp.ServerDisconnectedError(), LABEL)
+    assert e.message == f"Upstream {LABEL} is unreachable: Connection refused"
+    e = transport_error(http1.ConnectionClosed("ended"), LABEL)
     assert (type(e), e.message) == (UpstreamUnreachable, f"Upstream {LABEL} closed the connection.")
     e = transport_error(TimeoutError(), LABEL)
     assert (type(e), e.status, e.message) == (
@@ -258,11 +257,16 @@ def test_transport_errors() -> None:
         504,
         f"Upstream {LABEL} did not answer in time.",
     )
-    e = transport_error(aiohttp.ConnectionTimeoutError(), LABEL)
+    e = transport_error(http1.ConnectTimeout("no connection within 2 s"), LABEL)
     assert (type(e), e.status) == (UpstreamTimeout, 504)
-    e = transport_error(aiohttp.ClientPayloadError("TransferEncodingError: 400, cut"), LABEL)
-    assert (type(e), e.status, e.code) == (UpstreamError, 502, "upstream_response_incomplete")
-    assert e.message == f"Upstream {LABEL} broke off its response before the end."
+    assert e.message == f"Upstream {LABEL} did not accept a connection in time."
+    for cut, answering in ((http1.ResponseIncomplete("ended"), False),
+                           (http1.ConnectionClosed("ended"), True)):  # fmt: skip
+        e = transport_error(cut, LABEL, answering=answering)
+        assert (type(e), e.status, e.code) == (UpstreamError, 502, "upstream_response_incomplete")
+        assert e.message == f"Upstream {LABEL} broke off its response before the end."
+    e = transport_error(http1.HttpClientError("odd"), LABEL)
+    assert e.message == f"Upstream {LABEL} request failed (HttpClientError)."
 
 
 # ---------------------------------------------------------------- SSE decoding

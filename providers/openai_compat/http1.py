@@ -1,0 +1,394 @@
+"""HTTP/1.1 to one upstream origin over pooled keep-alive connections, on asyncio and httptools.
+
+Written here because no client library fits this path (measured in `make bench`, whose
+pass-throughs run on each, and in bench/README.md): aiohttp's request machinery cost about a
+third of the gateway's CPU per request; rnet (hyper) hands every chunk of a stream across threads
+(an SSE stream of 64 events took ten times as long as on aiohttp); pyreqwest (reqwest) cannot
+call off a request it sent, so an upstream would go on generating for a caller who left. What
+is left to write is small: httptools (the parser uvicorn uses) reads the responses, the
+standard library's ssl and asyncio carry the bytes.
+
+A request is one write (head and body together); its response is read by the connection's
+protocol as it arrives: the head, then the body whole (`read`) or as it comes (`chunk`, which
+returns everything that has arrived, so a stream is read in as few steps as the network
+allows). Deadlines belong to the caller (asyncio.timeout): a request cancelled under way aborts
+its connection, so the upstream sees the caller leave; a response read to its end gives its
+connection back to the pool, any other is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import ssl
+import time
+import zlib
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+READ_HIGH = 256 * 1024  # bytes buffered before the connection stops reading (backpressure)
+READ_LOW = 64 * 1024
+DECODED = frozenset({"gzip", "deflate"})  # content encodings read (and announced)
+
+
+class HttpClientError(Exception):
+    """A request that got no complete answer: the connection, not the upstream, failed."""
+
+
+class ConnectFailed(HttpClientError):
+    """No connection could be opened (its reason: the operating system's words)."""
+
+
+class ConnectTimeout(HttpClientError, TimeoutError):
+    """No connection within the connect timeout."""
+
+
+class ConnectionClosed(HttpClientError):
+    """The connection ended before the response began."""
+
+
+class ResponseIncomplete(HttpClientError):
+    """The connection ended, or the bytes stopped making sense, before the response's end."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    scheme: str
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> Origin:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        default = 443 if parts.scheme == "https" else 80
+        return cls(parts.scheme, parts.hostname, parts.port or default)
+
+    @property
+    def authority(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.scheme == "https" else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+class Response:
+    """A response whose head has arrived; its body is read from the connection as it comes."""
+
+    __slots__ = ("_conn", "headers", "status")
+
+    def __init__(self, conn: Connection, status: int, headers: dict[str, str]) -> None:
+        self._conn: Connection | None = conn
+        self.status = status
+        self.headers = headers  # lower-cased names; repeated ones joined by ", "
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+    async def chunk(self) -> bytes | None:
+        """All the body that has arrived since the last call (waiting for some if none has);
+        None at its end."""
+        if self._conn is None:
+            raise ResponseIncomplete("the response was closed")
+        return await self._conn.body_chunk()
+
+    async def read(self, limit: int | None = None) -> bytes:
+        """The body to its end, or its first `limit` bytes (the rest is not waited for)."""
+        parts: list[bytes] = []
+        size = 0
+        while limit is None or size < limit:
+            chunk = await self.chunk()
+            if chunk is None:
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        body = b"".join(parts)
+        return body if limit is None else body[:limit]
+
+    def close(self) -> None:
+        """Done with it: the connection goes back to the pool if the body was read to its end
+        and the upstream keeps it alive, else it is closed. Once: the connection may be another
+        response's by a second call."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.release()
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection: one request at a time, its response parsed as it arrives."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._head: asyncio.Future[Response] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._status_headers: dict[str, str] = {}
+        self._body: deque[bytes] = deque()
+        self._buffered = 0
+        self._paused = False
+        self._decoder: zlib._Decompress | None = None
+        self._until_eof = False  # a body delimited by the connection's end
+        self._complete = False  # the response's end has been read
+        self._keep_alive = False  # the upstream keeps the connection open after it
+        self._error: HttpClientError | None = None
+        self.closed = False
+        self.idle_since = 0.0
+
+    # ---------------------------------------------------------------- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's is not a subclass of asyncio's, but has its methods).
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(ResponseIncomplete(f"an answer that is not HTTP/1.1 ({exc})"))
+
+    def eof_received(self) -> bool | None:
+        return False  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._until_eof and self._head is not None and self._head.done():
+            self.on_message_complete()  # the body's end is the connection's
+            return
+        if self._head is not None and not self._head.done():
+            self._fail(ConnectionClosed("the connection ended before the response began"))
+        elif self._head is not None and not self._complete:
+            self._fail(ResponseIncomplete("the connection ended before the response's end"))
+
+    def pause_writing(self) -> None:  # a request is one small write: nothing to hold back
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    # ---------------------------------------------------------------- httptools callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        known = self._status_headers.get(key)
+        self._status_headers[key] = text if known is None else f"{known}, {text}"
+
+    def on_headers_complete(self) -> None:
+        headers = self._status_headers
+        encoding = headers.get("content-encoding", "").strip().lower()
+        if encoding in DECODED:
+            self._decoder = zlib.decompressobj(wbits=47 if encoding == "gzip" else 15)
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        self._until_eof = not chunked and "content-length" not in headers
+        head = self._head
+        if head is not None and not head.done():
+            head.set_result(Response(self, self._parser.get_status_code(), headers))
+
+    def on_body(self, body: bytes) -> None:
+        if self._decoder is not None:
+            try:
+                body = self._decoder.decompress(body)
+            except zlib.error:
+                self._fail(ResponseIncomplete("a compressed body that does not decompress"))
+                return
+            if not body:
+                return
+        self._body.append(body)
+        self._buffered += len(body)
+        if self._buffered > READ_HIGH and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        # Asked now: the parser forgets once the message is behind it.
+        self._keep_alive = self._parser.should_keep_alive()
+        if self._decoder is not None:
+            tail = self._decoder.flush()
+            if tail:
+                self._body.append(tail)
+        self._complete = True
+        self._wake()
+
+    # ---------------------------------------------------------------- the request
+
+    async def exchange(self, head: bytes, body: bytes) -> Response:
+        """Send one request; its response once its head is in."""
+        assert self._transport is not None
+        self._head = self._loop.create_future()
+        try:
+            self._transport.write(head + body if len(body) < 65536 else head)
+            if len(body) >= 65536:
+                self._transport.write(body)
+            return await self._head
+        except BaseException:
+            self.abort()
+            raise
+
+    async def body_chunk(self) -> bytes | None:
+        while not self._body:
+            if self._complete:
+                return None
+            if self._error is not None:
+                raise self._error
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            except BaseException:
+                self.abort()  # cancelled mid-body: the upstream must see the caller leave
+                raise
+            finally:
+                self._waiter = None
+        if len(self._body) == 1:
+            data = self._body.popleft()
+        else:
+            data = b"".join(self._body)
+            self._body.clear()
+        self._buffered = 0
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        return data
+
+    def release(self) -> None:
+        reusable = self._complete and self._keep_alive and not self.closed and self._error is None
+        if not reusable:
+            self.abort()
+            return
+        self._reset()
+        self._pool.give_back(self)
+
+    def abort(self) -> None:
+        """Close at once (an RST rather than waiting on unsent bytes): the upstream sees it."""
+        if not self.closed and self._transport is not None:
+            self._transport.abort()
+        self.closed = True
+        self._pool.forget(self)
+
+    # ---------------------------------------------------------------- state
+
+    def _reset(self) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self._head = None
+        self._status_headers = {}
+        self._body.clear()
+        self._buffered = 0
+        self._decoder = None
+        self._until_eof = self._complete = self._keep_alive = False
+        self.idle_since = time.monotonic()
+
+    def _fail(self, error: HttpClientError) -> None:
+        if self._error is None:
+            self._error = error
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(error)
+        self._wake()
+        if not self.closed and self._transport is not None:
+            self._transport.abort()
+            self.closed = True
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def _why(exc: OSError) -> str:
+    """Why a connection failed, in the system's words ("Connection refused")."""
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or exc}"
+    if isinstance(exc, socket.gaierror):
+        return exc.strerror or str(exc)
+    if exc.errno and exc.errno > 0:
+        return os.strerror(exc.errno)
+    return str(exc) or type(exc).__name__
+
+
+class Pool:
+    """Keep-alive connections to one origin, at most `limit` in use at once (a request waits
+    for one beyond that), idle ones closed after `idle_s`."""
+
+    def __init__(self, url: str, headers: Mapping[str, str], limit: int, idle_s: float) -> None:
+        self.origin = Origin.of(url)
+        self._idle: list[Connection] = []
+        self._busy: set[Connection] = set()
+        self._slots = asyncio.Semaphore(limit)
+        self._idle_s = idle_s
+        self._ssl = ssl.create_default_context() if self.origin.scheme == "https" else None
+        announced = {"host": self.origin.authority, "accept-encoding": ", ".join(sorted(DECODED))}
+        fixed = {**announced, **{k.lower(): v for k, v in headers.items()}}
+        self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items()).encode("latin-1")
+        self._closed = False
+
+    async def request(self, method: str, path: str, body: bytes, connect_s: float) -> Response:
+        """The response to one request, its head in; its connection stays the response's
+        until `Response.close()`. Raises HttpClientError subclasses."""
+        head = b"%s %s HTTP/1.1\r\n%scontent-length: %d\r\n\r\n" % (
+            method.encode(), path.encode(), self._fixed, len(body),
+        )  # fmt: skip
+        await self._slots.acquire()
+        try:
+            conn = self._reuse() or await self._connect(connect_s)
+        except BaseException:
+            self._slots.release()
+            raise
+        self._busy.add(conn)  # its slot is given back with it (or when it is aborted)
+        return await conn.exchange(head, body)
+
+    def _reuse(self) -> Connection | None:
+        now = time.monotonic()
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and now - conn.idle_since < self._idle_s:
+                return conn
+            conn.abort()
+        return None
+
+    async def _connect(self, seconds: float) -> Connection:
+        loop = asyncio.get_running_loop()
+        origin = self.origin
+        try:
+            async with asyncio.timeout(seconds):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self),
+                    origin.host,
+                    origin.port,
+                    ssl=self._ssl,
+                    server_hostname=origin.host if self._ssl is not None else None,
+                )
+        except TimeoutError:
+            raise ConnectTimeout(f"no connection within {seconds:g} s") from None
+        except OSError as exc:  # ssl.SSLError included
+            raise ConnectFailed(_why(exc)) from None
+        return conn
+
+    def give_back(self, conn: Connection) -> None:
+        if conn in self._busy:
+            self._busy.discard(conn)
+            self._slots.release()
+        if self._closed:
+            conn.abort()
+        else:
+            self._idle.append(conn)
+
+    def forget(self, conn: Connection) -> None:
+        if conn in self._busy:
+            self._busy.discard(conn)
+            self._slots.release()
+        if conn in self._idle:
+            self._idle.remove(conn)
+
+    def close(self) -> None:
+        """Closes the idle connections now, and those in use as their responses end."""
+        self._closed = True
+        for conn in list(self._idle):
+            conn.abort()
