@@ -1,20 +1,23 @@
 """The benchmark's yardsticks: bare pass-throughs on the gateway's own stack, nothing else.
 
 No auth, validation, routing or normalization: each forwards the body of a POST to
-/v1/completions, /v1/chat/completions or /v1/embeddings to the same path upstream with one pooled
-aiohttp session and relays the answer (JSON, or the SSE bytes as they come). Two kinds:
+/v1/completions, /v1/chat/completions or /v1/embeddings to the same path upstream over one
+client's pooled connections and relays the answer (JSON, or the SSE bytes as they come). Two
+kinds of app:
 
     starlette  a Starlette app (Request, Response, StreamingResponse): what a proxy written with a
                web framework costs
-    raw        a bare ASGI callable: the floor of the stack itself (uvicorn and aiohttp's client),
+    raw        a bare ASGI callable: the floor of the stack itself (the server and the client),
                under which no gateway on it can go
 
-Both run under uvicorn with the gateway's own server options (and, with --workers N, N
-processes on one socket as `gateway serve --workers N` runs them), so the difference between
-one and the gateway is the gateway's work, and the difference between raw and direct is the floor
-that any Python ASGI + aiohttp proxy pays on the machine at hand.
+and three upstream clients: `http1`, the gateway's own (providers/openai_compat/http1.py), and the
+libraries it was chosen over, `aiohttp` (the one it replaced) and `rnet` (hyper). All run under
+uvicorn with the gateway's own server options (and,
+with --workers N, N processes on one socket as `gateway serve --workers N` runs them), so the
+difference between one and the gateway is the gateway's work, and the difference between raw
+and direct is the floor that any Python ASGI proxy on that client pays on the machine at hand.
 
-Run: python bench/passthrough.py --upstream http://127.0.0.1:9001 --port 9002 [--raw] [--workers N]
+Run: python bench/passthrough.py --upstream URL --port 9002 [--raw] [--client rnet] [--workers N]
 """
 
 from __future__ import annotations
@@ -23,19 +26,25 @@ import argparse
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
+import rnet
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from providers.openai_compat import http1
+
 UPSTREAM_ENV = "BENCH_PASSTHROUGH_UPSTREAM"  # how uvicorn's worker processes learn it
+CLIENT_ENV = "BENCH_PASSTHROUGH_CLIENT"
 FORWARDED = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/embeddings"})
 JSON_HEADERS = {"content-type": "application/json"}
 SSE = "text/event-stream"
+POOL = 100
+CLIENTS = ("http1", "aiohttp", "rnet")  # the gateway's own first
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -43,31 +52,132 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-def create_app(upstream: str) -> Starlette:
-    sessions: list[aiohttp.ClientSession] = []
+class Answer(Protocol):
+    """An upstream's answer, its status and content type in: the body whole or as it comes."""
 
+    status: int
+    content_type: str
+
+    async def read(self) -> bytes: ...
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def close(self) -> None: ...
+
+
+class AiohttpAnswer:
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self.status = resp.status
+        self.content_type = resp.content_type
+
+    async def read(self) -> bytes:
+        return await self._resp.read()
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._resp.content.iter_any()
+
+    async def close(self) -> None:
+        self._resp.release()
+
+
+class RnetAnswer:
+    def __init__(self, resp: rnet.Response) -> None:
+        self._resp = resp
+        self.status = resp.status
+        self.content_type = (resp.headers.get("content-type") or b"").decode().split(";")[0]
+
+    async def read(self) -> bytes:
+        return await self._resp.bytes()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        async with self._resp.stream() as streamed:
+            async for chunk in streamed:
+                yield chunk
+
+    async def close(self) -> None:
+        await self._resp.close()
+
+
+class Http1Answer:
+    def __init__(self, resp: http1.Response) -> None:
+        self._resp = resp
+        self.status = resp.status
+        self.content_type = resp.content_type
+
+    async def read(self) -> bytes:
+        return await self._resp.read()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while (chunk := await self._resp.chunk()) is not None:
+            yield chunk
+
+    async def close(self) -> None:
+        self._resp.close()
+
+
+class Upstream:
+    """One pooled client of one of the clients, opened with the app."""
+
+    def __init__(self, root: str, library: str) -> None:
+        self.root = root
+        self.library = library
+        self._http1: http1.Pool | None = None
+        self._aiohttp: aiohttp.ClientSession | None = None
+        self._rnet: rnet.Client | None = None
+
+    async def open(self) -> None:
+        if self.library == "http1":
+            self._http1 = http1.Pool(self.root, JSON_HEADERS, POOL, 30.0)
+        elif self.library == "aiohttp":
+            self._aiohttp = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=POOL))
+        else:
+            self._rnet = rnet.Client(
+                default_headers=JSON_HEADERS,
+                pool_max_size=POOL,
+                no_proxy=True,
+                http1_only=True,
+                tcp_nodelay=True,
+            )
+
+    async def close(self) -> None:
+        if self._http1 is not None:
+            self._http1.close()
+        if self._aiohttp is not None:
+            await self._aiohttp.close()
+
+    async def post(self, path: str, body: bytes) -> Answer:
+        if self._http1 is not None:
+            return Http1Answer(await self._http1.request("POST", path, body, 10.0))
+        if self._aiohttp is not None:
+            sent = self._aiohttp.post(self.root + path, data=body, headers=JSON_HEADERS)
+            return AiohttpAnswer(await sent)
+        assert self._rnet is not None
+        return RnetAnswer(await self._rnet.request(rnet.Method.POST, self.root + path, body=body))
+
+
+def create_app(upstream: Upstream) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        sessions.append(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=100)))
+        await upstream.open()
         yield
-        await sessions.pop().close()
+        await upstream.close()
 
     async def forward(request: Request) -> Response:
-        body = await request.body()
-        resp = await sessions[0].post(upstream + request.url.path, data=body, headers=JSON_HEADERS)
-        if resp.content_type != SSE:
-            data = await resp.read()
-            resp.release()
-            return Response(data, resp.status, media_type=resp.content_type)
+        answer = await upstream.post(request.url.path, await request.body())
+        if answer.content_type != SSE:
+            data = await answer.read()
+            await answer.close()
+            return Response(data, answer.status, media_type=answer.content_type)
 
         async def relay() -> AsyncIterator[bytes]:
             try:
-                async for chunk in resp.content.iter_any():
+                async for chunk in answer.chunks():
                     yield chunk
             finally:
-                resp.release()
+                await answer.close()
 
-        return StreamingResponse(relay(), resp.status, media_type=SSE)
+        return StreamingResponse(relay(), answer.status, media_type=SSE)
 
     async def health(_: Request) -> Response:
         return PlainTextResponse("ok")
@@ -77,12 +187,11 @@ def create_app(upstream: str) -> Starlette:
 
 
 class RawApp:
-    """The same forwarding as a bare ASGI callable: the body read, one aiohttp call, the answer
+    """The same forwarding as a bare ASGI callable: the body read, one upstream call, the answer
     sent in one or two messages (or one per chunk of a stream)."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
-        self.session: aiohttp.ClientSession | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -96,33 +205,31 @@ class RawApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=100))
+                await self.upstream.open()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                if self.session is not None:
-                    await self.session.close()
+                await self.upstream.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
     async def forward(self, path: str, receive: Receive, send: Send) -> None:
-        assert self.session is not None
         body, more = b"", True
         while more:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        resp = await self.session.post(self.upstream + path, data=body, headers=JSON_HEADERS)
+        got = await self.upstream.post(path, body)
         try:
-            if resp.content_type != SSE:
-                await answer(send, resp.status, resp.content_type, await resp.read())
+            if got.content_type != SSE:
+                await answer(send, got.status, got.content_type, await got.read())
                 return
-            start = {"type": "http.response.start", "status": resp.status}
+            start = {"type": "http.response.start", "status": got.status}
             await send({**start, "headers": [(b"content-type", SSE.encode())]})
-            async for chunk in resp.content.iter_any():
+            async for chunk in got.chunks():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
         finally:
-            resp.release()
+            await got.close()
 
 
 async def answer(send: Send, status: int, content_type: str, body: bytes) -> None:
@@ -131,23 +238,29 @@ async def answer(send: Send, status: int, content_type: str, body: bytes) -> Non
     await send({"type": "http.response.body", "body": body})
 
 
+def _upstream() -> Upstream:
+    return Upstream(os.environ[UPSTREAM_ENV], os.environ.get(CLIENT_ENV, "http1"))
+
+
 def starlette_from_env() -> Starlette:
-    return create_app(os.environ[UPSTREAM_ENV])
+    return create_app(_upstream())
 
 
 def raw_from_env() -> RawApp:
-    return RawApp(os.environ[UPSTREAM_ENV])
+    return RawApp(_upstream())
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="bare ASGI + aiohttp pass-through")
+    parser = argparse.ArgumentParser(description="bare ASGI pass-through")
     parser.add_argument("--upstream", required=True, help="the upstream's root URL")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9002)
     parser.add_argument("--raw", action="store_true", help="a bare ASGI app, not Starlette")
+    parser.add_argument("--client", choices=CLIENTS, default=CLIENTS[0])
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
     os.environ[UPSTREAM_ENV] = args.upstream
+    os.environ[CLIENT_ENV] = args.client
     uvicorn.run(
         "passthrough:raw_from_env" if args.raw else "passthrough:starlette_from_env",
         factory=True,

@@ -99,7 +99,10 @@ THROUGHPUT_SCENARIOS = {"throughput": "throughput", "chat": "chat throughput"}
 STREAMING_SCENARIOS = {"streaming": "streams", "chat-streaming": "chat streams"}
 SCALED = "throughput"  # the scenario also run against the 2-worker targets
 # The 1-worker targets beside direct, and the scaled ones (the gateway's and the floor's).
-COMPARED = ("gateway", "passthrough", "raw", f"gateway-{WORKERS}w", f"raw-{WORKERS}w")
+# The pass-throughs of bench/passthrough.py: on the gateway's own client, and the raw one on
+# each client library it was chosen over.
+BARE = ("passthrough", "raw", "raw-aiohttp", "raw-rnet")
+COMPARED = ("gateway", "gateway-uvicorn", *BARE, f"gateway-{WORKERS}w", f"raw-{WORKERS}w")
 
 
 @dataclass(frozen=True)
@@ -502,8 +505,10 @@ def markdown(
     lines.append(
         f"{env['cpus']} CPUs, Python {env['python']}, {env['wrk']}, {env['duration_s']} s per run "
         f"after a {env['warmup_s']} s warm-up; gateway with 1 worker; streams of "
-        f"{env['chunks']} chunks; passthrough = bare Starlette + aiohttp, raw = bare ASGI + "
-        f"aiohttp (bench/passthrough.py), both under uvicorn; -{WORKERS}w: {WORKERS} workers."
+        f"{env['chunks']} chunks; gateway-uvicorn = the gateway on uvicorn's own protocol "
+        f"(--http uvicorn); passthrough = bare Starlette, raw = bare ASGI, both on the gateway's "
+        f"own HTTP client; raw-aiohttp, raw-rnet = raw on those libraries; all under uvicorn "
+        f"(bench/passthrough.py); -{WORKERS}w: {WORKERS} workers."
     )
     return "\n".join(lines)
 
@@ -568,24 +573,33 @@ def start_mock(procs: Processes, chunks: int) -> Target:
 
 
 def start_passthrough(procs: Processes, mock: Target, name: str, workers: int = 1) -> Target:
-    """bench/passthrough.py: `raw` (and `raw-Nw`) the bare ASGI app, else Starlette."""
+    """bench/passthrough.py: `raw…` the bare ASGI app, else Starlette; `…-aiohttp` and `…-rnet`
+    on those client libraries, else on the gateway's own client."""
     port = free_port()
     script = str(BENCH_DIR / "passthrough.py")
     cmd = [sys.executable, script, "--upstream", mock.root, "--host", HOST, "--port", str(port)]
     cmd += ["--workers", str(workers), *(["--raw"] if name.startswith("raw") else [])]
+    library = name.rsplit("-", 1)[-1]
+    cmd += ["--client", library if library in ("aiohttp", "rnet") else "http1"]
     proc = procs.start(name, cmd)
     wait_ready(f"http://{HOST}:{port}/health", procs, name)
     return Target(name, f"http://{HOST}:{port}", MOCK_MODELS, "", proc.pid)
 
 
 def start_gateway(
-    procs: Processes, template: str, mock_url: str, tmp: Path, name: str, workers: int = 1
+    procs: Processes,
+    template: str,
+    mock_url: str,
+    tmp: Path,
+    name: str,
+    workers: int = 1,
+    extra: tuple[str, ...] = (),
 ) -> Target:
     port = free_port()
     mock_port = urllib.parse.urlsplit(mock_url).port
     assert mock_port is not None
     config = write_config(tmp, port, mock_port)
-    proc = procs.start(name, gateway_command(template, config, port, workers))
+    proc = procs.start(name, [*gateway_command(template, config, port, workers), *extra])
     wait_ready(f"http://{HOST}:{port}/readyz", procs, name)
     root = f"http://{HOST}:{port}"
     return Target(name, root, GATEWAY_MODELS, f"Bearer {API_KEY}", proc.pid)
@@ -599,11 +613,12 @@ def servers(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[list[Target],
     try:
         direct = start_mock(procs, args.chunks)
         gateway = start_gateway(procs, args.gateway_cmd, direct.root, tmp, "gateway")
-        single = [
-            direct,
-            gateway,
-            *(start_passthrough(procs, direct, n) for n in ("passthrough", "raw")),
-        ]
+        single = [direct, gateway]
+        if args.gateway_cmd == DEFAULT_GATEWAY_CMD:  # the protocol it was chosen over
+            stock = ("--http", "uvicorn")
+            cmd = DEFAULT_GATEWAY_CMD
+            single.append(start_gateway(procs, cmd, direct.root, tmp, "gateway-uvicorn", 1, stock))
+        single += [start_passthrough(procs, direct, name) for name in BARE]
         scaled = []
         if SCALED in args.scenarios:
             name = f"gateway-{WORKERS}w"
