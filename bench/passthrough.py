@@ -12,7 +12,7 @@ kinds of app:
 
 and three upstream clients: `http1`, the gateway's own (providers/openai_compat/http1.py), and the
 libraries it was chosen over, `aiohttp` (the one it replaced) and `rnet` (hyper). All run under
-uvicorn with the gateway's own server options (and,
+uvicorn with the gateway's own protocol and server options (and,
 with --workers N, N processes on one socket as `gateway serve --workers N` runs them), so the
 difference between one and the gateway is the gateway's work, and the difference between raw
 and direct is the floor that any Python ASGI proxy on that client pays on the machine at hand.
@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.protocol import GatewayHttpProtocol
 from providers.openai_compat import http1
 
 UPSTREAM_ENV = "BENCH_PASSTHROUGH_UPSTREAM"  # how uvicorn's worker processes learn it
@@ -264,6 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     uvicorn.run(
         "passthrough:raw_from_env" if args.raw else "passthrough:starlette_from_env",
         factory=True,
+        http=GatewayHttpProtocol,  # the gateway's server, as `gateway serve` runs it
         app_dir=os.path.dirname(os.path.abspath(__file__)),
         workers=args.workers,
         host=args.host,

@@ -39,42 +39,55 @@ class Recorder:
         return ("127.0.0.1", 1) if name == "peername" else None
 
 
-def gathered() -> tuple[GatheredWrites, Recorder]:
+def gathered(busy: bool = False) -> tuple[GatheredWrites, Recorder]:
     real = Recorder()
-    return GatheredWrites(cast(asyncio.Transport, real), asyncio.get_running_loop()), real
+    loop = asyncio.get_running_loop()
+    return GatheredWrites(cast(asyncio.Transport, real), loop, lambda: busy), real
 
 
-async def test_one_turns_writes_leave_as_one() -> None:
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+
+
+async def test_a_head_and_its_body_leave_as_one_at_once() -> None:
     out, real = gathered()
-    out.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    out.write(HEAD)
+    assert real.writes == [] and out.get_write_buffer_size() == len(HEAD)
     out.write(b"{}")
-    assert real.writes == [] and out.get_write_buffer_size() == 40
+    assert real.writes == [HEAD + b"{}"]
     await asyncio.sleep(0)
-    assert real.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"]
+    assert len(real.writes) == 1
 
 
-async def test_a_later_turns_write_leaves_apart() -> None:
-    """A stream's head goes at once; its events, as they come."""
+async def test_idle_a_streams_head_leaves_within_its_turn_and_events_at_once() -> None:
     out, real = gathered()
-    out.write(b"head")
+    out.write(HEAD)
     await asyncio.sleep(0)
-    out.writelines([b"event 1", b"event 2"])
+    assert real.writes == [HEAD]
+    out.write(b"event 1")
+    assert real.writes == [HEAD, b"event 1"]
+
+
+async def test_busy_a_turns_writes_leave_at_its_end() -> None:
+    out, real = gathered(busy=True)
+    out.write(b"event 1")
+    assert real.writes == []
+    out.writelines([b"event 2", b"event 3"])
     await asyncio.sleep(0)
-    assert real.writes == [b"head", b"event 1event 2"]
+    assert real.writes == [b"event 1event 2event 3"]
 
 
 async def test_a_close_sends_what_was_written_first() -> None:
     out, real = gathered()
-    out.write(b"the answer")
+    out.write(HEAD)
     out.close()
-    assert real.writes == [b"the answer"] and real.closed
+    assert real.writes == [HEAD] and real.closed
     await asyncio.sleep(0)
-    assert real.writes == [b"the answer"]
+    assert real.writes == [HEAD]
 
 
 async def test_an_abort_drops_what_was_held() -> None:
     out, real = gathered()
-    out.write(b"never sent")
+    out.write(HEAD)
     out.abort()
     await asyncio.sleep(0)
     assert real.writes == [] and real.aborted
