@@ -18,7 +18,7 @@ from gateway.batches import Runner
 from gateway.config import Config
 from gateway.context import Ids, Inbound, Reply
 from gateway.handlers import Endpoint, Handler
-from gateway.http import Receive, Scope, Send, header_map
+from gateway.http import Receive, Scope, Send, header_map, watched
 from gateway.metrics import Metrics
 from gateway.reload import Reloader, Snapshot
 from gateway.runtime import Build, Runtime, build_provider
@@ -83,7 +83,7 @@ class GatewayApp:
             headers,
             rid,
             self.ids,
-            receive,
+            watched(scope, receive),
             scope.get("query_string", b""),
         )
         endpoint = self._exact.get(path) or self._route(path)

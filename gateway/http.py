@@ -85,16 +85,70 @@ async def caller_stays() -> Message:
     return {"type": "http.disconnect"}
 
 
+# Where the gateway's protocol (gateway.protocol) puts a request's DisconnectWatch in its scope.
+WATCH = "gateway.disconnect"
+
+
+class DisconnectWatch:
+    """A request's connection, as its protocol sees it: what is registered runs when the
+    connection is lost (at once if it already was)."""
+
+    __slots__ = ("_callbacks", "gone")
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[], object]] = []
+        self.gone = False
+
+    def add(self, callback: Callable[[], object]) -> None:
+        if self.gone:
+            callback()
+        else:
+            self._callbacks.append(callback)
+
+    def discard(self, callback: Callable[[], object]) -> None:
+        if callback in self._callbacks:
+            self._callbacks.remove(callback)
+
+    def lost(self) -> None:
+        self.gone = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+
+class WatchedReceive:
+    """A request's `receive` with its connection's DisconnectWatch: until_disconnect listens
+    to the watch instead of running a task on `receive`."""
+
+    __slots__ = ("_receive", "watch")
+
+    def __init__(self, receive: Receive, watch: DisconnectWatch) -> None:
+        self._receive = receive
+        self.watch = watch
+
+    def __call__(self) -> Awaitable[Message]:
+        return self._receive()
+
+
+def watched(scope: Scope, receive: Receive) -> Receive:
+    """`receive`, with the request's DisconnectWatch when its protocol gave it one."""
+    watch = scope.get("extensions", {}).get(WATCH)
+    return receive if watch is None else WatchedReceive(receive, watch)
+
+
 async def until_disconnect(coro: Awaitable[T], receive: Receive) -> T:
     """Await `coro`; if the caller disconnects first, cancel it (which closes the upstream
     request it is waiting on) and raise ClientGone. Needs the body to be read already.
 
-    One watcher task per call: it cancels the awaiting task, which is cheaper than running
-    `coro` in a task of its own and waiting on both."""
+    With the gateway's protocol the connection's watch cancels the awaiting task; otherwise a
+    watcher task waits on `receive` (it cancels the awaiting task, which is cheaper than running
+    `coro` in a task of its own and waiting on both)."""
     if receive is caller_stays:
         return await coro
     task = asyncio.current_task()
     assert task is not None
+    if isinstance(receive, WatchedReceive):
+        return await _watched(coro, task, receive.watch)
     gone = False
 
     async def watch() -> None:
@@ -114,3 +168,17 @@ async def until_disconnect(coro: Awaitable[T], receive: Receive) -> T:
         raise ClientGone() from None
     finally:
         watcher.cancel()
+
+
+async def _watched(coro: Awaitable[T], task: asyncio.Task[Any], watch: DisconnectWatch) -> T:
+    cancel = task.cancel
+    watch.add(cancel)
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if not watch.gone:
+            raise
+        task.uncancel()
+        raise ClientGone() from None
+    finally:
+        watch.discard(cancel)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.http import WATCH, DisconnectWatch
 
 
 class GatheredWrites:
@@ -89,9 +91,28 @@ class GatheredWrites:
 
 class GatewayHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol on a transport whose writes are gathered (GatheredWrites),
-    busy while more than one request is being served."""
+    busy while more than one request is being served; each request gets a DisconnectWatch in
+    its scope, which the connection's loss sets off (the app then needs no task per request to
+    learn that its caller left)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         tasks = self.server_state.tasks  # the requests being served, all connections'
         gathered = GatheredWrites(transport, self.loop, lambda: len(tasks) > 1)  # type: ignore[arg-type]
         super().connection_made(gathered)  # type: ignore[arg-type]
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        if self.cycle is not None:
+            _extensions(self.cycle.scope)[WATCH] = DisconnectWatch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.cycle is not None:
+            watch = _extensions(self.cycle.scope).get(WATCH)
+            if isinstance(watch, DisconnectWatch):
+                watch.lost()
+
+
+def _extensions(scope: Any) -> dict[str, Any]:
+    """The scope's ASGI extensions (uvicorn types their values loosely)."""
+    return cast(dict[str, Any], scope.setdefault("extensions", {}))

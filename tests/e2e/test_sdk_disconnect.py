@@ -5,11 +5,15 @@ upstream to *notice*; without the gateway closing it, the upstream would keep go
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
 from tests.e2e.conftest import Env
-from tests.e2e.support import DIALECT_ALIASES, FW, OA, auth, poll_stats
+from tests.e2e.support import DIALECT_ALIASES, FW, OA, auth, gateway_config, poll_stats
+from tests.gateway_proc import GatewayProcess
+from tests.upstreams.procs import free_port
 
 CLIENT_TIMEOUT_S = 0.5
 
@@ -65,3 +69,17 @@ def test_gateway_still_serves_after_disconnects(env: Env) -> None:
             headers=auth(),
         )
         assert resp.status_code == 200, resp.text
+
+
+def test_on_uvicorns_own_protocol_a_disconnect_still_cancels(env: Env, tmp_path: Path) -> None:
+    """`gateway serve --http uvicorn`: no watch from the protocol; a task waits on `receive`."""
+    text = gateway_config(env.openai.url, env.fireworks.url, free_port())
+    with GatewayProcess(text, tmp_path, extra_args=("--http", "uvicorn")) as gw:
+        body = {"model": OA, "prompt": "__sleep_30000__ hello", "max_tokens": 2}
+        with (
+            httpx.Client(timeout=CLIENT_TIMEOUT_S, trust_env=False) as http,
+            pytest.raises(httpx.ReadTimeout),
+        ):
+            http.post(gw.url + "/v1/completions", json=body, headers=auth())
+        stats = poll_stats(env.openai, lambda s: s["cancelled"] >= 1)
+        assert (stats["requests"], stats["cancelled"]) == (1, 1)

@@ -1,5 +1,6 @@
-"""The gateway's HTTP protocol (gateway/protocol.py): a connection's writes during one turn of
-the event loop leave as one, and nothing written is lost or reordered by a close."""
+"""The gateway's HTTP protocol (gateway/protocol.py): a response's head leaves with its body,
+a busy loop's writes at the end of its turn, and nothing written is lost or reordered by a
+close; a request's DisconnectWatch cancels what waits for its caller (gateway/http.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,15 @@ from typing import Any, cast
 
 import pytest
 
+from gateway.http import (
+    WATCH,
+    ClientGone,
+    DisconnectWatch,
+    Message,
+    WatchedReceive,
+    until_disconnect,
+    watched,
+)
 from gateway.protocol import GatheredWrites
 
 pytestmark = pytest.mark.asyncio
@@ -97,3 +107,67 @@ async def test_everything_else_is_the_real_transports() -> None:
     out, _ = gathered()
     assert out.get_extra_info("peername") == ("127.0.0.1", 1)
     assert not out.is_closing()
+
+
+# ---------------------------------------------------------------- the caller's disconnect
+
+
+async def test_the_watch_cancels_what_waits_on_the_upstream() -> None:
+    """A request whose connection is lost: its wait on the upstream is cancelled and the
+    caller is gone; no task watched `receive` meanwhile."""
+    watch = DisconnectWatch()
+
+    async def never() -> Message:
+        raise AssertionError("received: the watch should have been used")
+
+    receive = WatchedReceive(never, watch)
+    upstream = asyncio.Event()
+
+    async def request() -> None:
+        await until_disconnect(upstream.wait(), receive)
+
+    task = asyncio.create_task(request())
+    await asyncio.sleep(0)
+    watch.lost()
+    with pytest.raises(ClientGone):
+        await task
+
+
+async def test_a_watch_set_off_after_the_wait_changes_nothing() -> None:
+    watch = DisconnectWatch()
+
+    async def answer() -> str:
+        return "done"
+
+    async def never() -> Message:
+        raise AssertionError("received")
+
+    assert await until_disconnect(answer(), WatchedReceive(never, watch)) == "done"
+    watch.lost()  # after: nothing is registered any more
+    assert watch.gone
+
+
+async def test_a_cancel_from_elsewhere_is_not_a_disconnect() -> None:
+    watch = DisconnectWatch()
+
+    async def never() -> Message:
+        raise AssertionError("received")
+
+    task = asyncio.create_task(
+        until_disconnect(asyncio.Event().wait(), WatchedReceive(never, watch))
+    )
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_request_of_the_gateways_protocol_carries_its_watch() -> None:
+    watch = DisconnectWatch()
+
+    async def receive() -> Message:
+        return {"type": "http.request"}
+
+    scope = {"type": "http", "extensions": {WATCH: watch}}
+    assert isinstance(watched(scope, receive), WatchedReceive)
+    assert watched({"type": "http"}, receive) is receive  # uvicorn's own: the task-based watch
