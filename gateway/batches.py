@@ -295,7 +295,11 @@ class Run:
         """The input file's lines, checked as they are read; a batch whose file fails the
         checks fails, naming them."""
         owner = self.record["owner"]
-        pieces = await self.rt.files.content(owner, self.batch["input_file_id"])
+        try:
+            pieces = await self.rt.files.content(owner, self.batch["input_file_id"])
+        except NotFound:  # its owner deleted it before the batch was done with it
+            await self._input_gone()
+            return None
         check = LineCheck(self.batch["endpoint"])
         async for raw in _split(pieces):
             if not check.feed(raw):
@@ -487,6 +491,21 @@ class Run:
         await self.rt.files.describe(owner, file_object(file_id, size, name, BATCH_OUTPUT, None))
         self.rt.metrics.file_stored(BATCH_OUTPUT, size)
         return file_id
+
+    async def _input_gone(self) -> None:
+        """The batch fails, naming its input file; the lines answered before are kept in its
+        output and error files (a batch under way, stopped and taken up again, reads its lines
+        anew). Failing it, not trying again, is what ends: the file does not come back."""
+        if self.batch["status"] == "in_progress":
+            self.batch["output_file_id"], self.batch["error_file_id"] = await self._files([])
+        file_id = self.batch["input_file_id"]
+        gone: LineError = {
+            "code": "file_not_found",
+            "message": f"The input file {file_id} was deleted before the batch was done with it.",
+            "param": "input_file_id",
+            "line": None,
+        }
+        await self._failed([gone])
 
     async def _failed(self, errors: list[LineError]) -> None:
         self.batch["errors"] = {"object": "list", "data": errors}

@@ -43,7 +43,10 @@ class GatewayProcess(StopOnExit):
         timeout: float = READY_TIMEOUT_S,
         workers: int = 1,
         extra_args: tuple[str, ...] = (),
+        cwd: Path | None = None,
     ) -> None:
+        """`cwd`: where it runs (the workdir by default, so that a relative path in the config,
+        such as the default file store's ./data/files, is the test's own)."""
         self.workers = workers
         self.extra_args = extra_args
         self.config = workdir / "gateway.yaml"
@@ -55,6 +58,7 @@ class GatewayProcess(StopOnExit):
             env=env,
             host=HOST,
             cls=_GatewayServer,
+            cwd=workdir if cwd is None else cwd,
         )
         self.port = self._server.port
         self.url = self._server.url

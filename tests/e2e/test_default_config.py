@@ -28,7 +28,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
     text = (ROOT / "config.yaml").read_text()
     workdir = tmp_path_factory.mktemp("default-config")
     with (
-        GatewayProcess(text, workdir, env=VLLM_ENV, timeout=300.0) as gw,
+        GatewayProcess(text, workdir, env=VLLM_ENV, timeout=300.0, cwd=ROOT) as gw,
         openai.OpenAI(base_url=gw.url + "/v1", api_key=DEV_KEY, max_retries=0) as sdk,
     ):
         yield sdk

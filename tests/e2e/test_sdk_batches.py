@@ -230,30 +230,69 @@ def test_a_gateway_killed_mid_batch_goes_on_where_it_was(
     """SIGKILL during a batch, then a gateway started again on the same store: the batch
     completes, no finished line ran twice (at most those in flight at the kill ran again), and
     the output holds each custom_id once."""
-    scripted_openai_server.reset()
-    scripted_openai_server.script({"delay_ms": 100, "times": -1})
-    store = str(gateway.config.parent / "store")
-    config = (
-        gateway.config.read_text()
-        .replace(store, str(tmp_path / "store"))  # a store of its own: no other runner on it
-        .replace("poll_s: 0.05}", "poll_s: 0.05, lease_s: 1}")
-    )
-    first = GatewayProcess(config, tmp_path)
-    with openai.OpenAI(base_url=first.url + "/v1", api_key=KEY, max_retries=0) as client:
-        batch = start(client, requests(40))
-        until(client, batch.id, lambda b: completed(b) >= 8)
-    first.send_signal(signal.SIGKILL)
-    first.stop()
-    with (
-        GatewayProcess(config, tmp_path) as again,
-        openai.OpenAI(base_url=again.url + "/v1", api_key=KEY, max_retries=0) as client,
-    ):
+    with killed_mid_batch(gateway, scripted_openai_server, tmp_path, 8) as (client, batch):
         done = until(client, batch.id, finished)
         assert done.status == "completed"
         out = lines_of(client, done.output_file_id)
     assert sorted(x["custom_id"] for x in out) == sorted(f"req-{i}" for i in range(40))
     sent = len(scripted_openai_server.requests())
     assert 40 <= sent <= 40 + 4  # max_concurrency: the lines in flight at the kill
+
+
+def test_an_input_file_deleted_under_a_batch_fails_it_keeping_what_is_done(
+    gateway: GatewayProcess, scripted_openai_server: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """The input file deleted while its batch runs, and the gateway killed: the one started
+    again cannot read the lines anew, so the batch fails naming the file (not retried for
+    ever), with the lines answered before in its output file."""
+    deleting = killed_mid_batch(gateway, scripted_openai_server, tmp_path, 4, delete_input)
+    with deleting as (client, batch):
+        done = until(client, batch.id, finished)
+        assert done.status == "failed" and done.failed_at
+        assert done.errors is not None and done.errors.data is not None
+        error = done.errors.data[0]
+        assert (error.code, error.param, error.line) == ("file_not_found", "input_file_id", None)
+        assert batch.input_file_id in (error.message or "")
+        out = lines_of(client, done.output_file_id)
+    assert len(out) >= 4 and len({x["custom_id"] for x in out}) == len(out)
+
+
+@contextlib.contextmanager
+def killed_mid_batch(
+    gateway: GatewayProcess,
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+    done_first: int,
+    before_kill: Callable[[openai.OpenAI, Batch], None] = lambda client, batch: None,
+) -> Iterator[tuple[openai.OpenAI, Batch]]:
+    """A 40-line batch on a gateway of the module's config with a store of its own (no other
+    runner on it, leases that lapse within a second), killed (SIGKILL) once `done_first` lines
+    are done and `before_kill` ran; yields the SDK on a gateway started again, and the batch."""
+    upstream.reset()
+    upstream.script({"delay_ms": 100, "times": -1})
+    store = str(gateway.config.parent / "store")
+    config = (
+        gateway.config.read_text()
+        .replace(store, str(tmp_path / "store"))
+        .replace("poll_s: 0.05}", "poll_s: 0.05, lease_s: 1}")
+    )
+    first = GatewayProcess(config, tmp_path)
+    with openai.OpenAI(base_url=first.url + "/v1", api_key=KEY, max_retries=0) as client:
+        batch = start(client, requests(40))
+        until(client, batch.id, lambda b: completed(b) >= done_first)
+        before_kill(client, batch)
+    first.send_signal(signal.SIGKILL)
+    first.stop()
+    with (
+        GatewayProcess(config, tmp_path) as again,
+        openai.OpenAI(base_url=again.url + "/v1", api_key=KEY, max_retries=0) as client,
+    ):
+        yield client, batch
+        assert " failed" not in again.logs()  # no run that raised, tried again and again
+
+
+def delete_input(client: openai.OpenAI, batch: Batch) -> None:
+    client.files.delete(batch.input_file_id)
 
 
 def test_the_window_s_end_expires_the_batch_with_what_is_done(

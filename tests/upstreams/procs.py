@@ -201,6 +201,7 @@ def start_on_free_port(
     host: str = "127.0.0.1",
     cls: type[S] = ServerProcess,  # type: ignore[assignment]
     attempts: int = 3,
+    cwd: Path = REPO_ROOT,
 ) -> S:
     """`start_process` on a free port; another port when the first was taken before the server
     bound it (the process exits early then)."""
@@ -215,6 +216,7 @@ def start_on_free_port(
                 url=root + url_path,
                 timeout=timeout,
                 env=env,
+                cwd=cwd,
                 host=host,
                 cls=cls,
             )
