@@ -47,6 +47,10 @@ class RedisBackend:
         self._leases: dict[str, tuple[Rule, ...]] = {}  # held parallel slots, refreshed
         self._refresh_due = False
         self._drainers: set[asyncio.Task[None]] = set()
+        # Drainers whose loop has not ended: counted by the loop itself, since a task's own
+        # done-callbacks run a step after it ended, and work queued in that step would wait
+        # for a drainer that is gone (until some later request kicked one).
+        self._draining = 0
         self._refresher: asyncio.Task[None] | None = None
         self.lost_settlements = 0  # settlements a failed call could not apply
 
@@ -69,12 +73,19 @@ class RedisBackend:
     def _kick(self) -> None:
         """A call goes out now if fewer than MAX_IN_FLIGHT are out; otherwise the work waits
         for the next one, with whatever else arrives meanwhile."""
-        if len(self._drainers) < MAX_IN_FLIGHT:
+        if self._draining < MAX_IN_FLIGHT:
+            self._draining += 1
             task = asyncio.get_running_loop().create_task(self._drain())
             self._drainers.add(task)
             task.add_done_callback(self._drainers.discard)
 
     async def _drain(self) -> None:
+        try:
+            await self._drain_queued()
+        finally:
+            self._draining -= 1  # in the same step as the loop's last look at the queues
+
+    async def _drain_queued(self) -> None:
         while self._admits or self._settles or self._refresh_due:
             admits, self._admits = self._admits[:MAX_BATCH], self._admits[MAX_BATCH:]
             admits = [(a, f) for a, f in admits if not f.done()]  # callers that left

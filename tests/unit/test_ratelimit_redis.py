@@ -163,6 +163,32 @@ async def test_an_admission_abandoned_in_flight_is_given_back(redis: RedisServer
         await red.aclose()
 
 
+async def test_an_admission_queued_as_the_last_call_ends_is_still_made(
+    redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An admission queued in the step where the last call's drainer ends (before that task's
+    done-callbacks run) gets a drainer of its own, instead of waiting for the next request."""
+    monkeypatch.setattr("gateway.ratelimit.redis_backend.MAX_IN_FLIGHT", 1)
+    limit = rule("requests", 10, "r")
+    red = await backend(redis)
+    call = red._call
+    late: list[asyncio.Task[object]] = []
+
+    async def then_one_more(*args: object) -> object:
+        verdicts = await call(*args)  # type: ignore[arg-type]
+        if not late:  # its first step runs after this drainer's end, before its callbacks
+            late.append(asyncio.ensure_future(red.admit(ask(limit, lease="late"))))
+        return verdicts
+
+    monkeypatch.setattr(red, "_call", then_one_more)
+    try:
+        assert (await red.admit(ask(limit, lease="first"))).admitted
+        verdict = await asyncio.wait_for(late[0], 2.0)
+        assert verdict.admitted  # type: ignore[attr-defined]
+    finally:
+        await red.aclose()
+
+
 async def test_a_hung_redis_fails_the_call_instead_of_hanging(redis: RedisServer) -> None:
     red = await backend(redis, timeout_ms=50)
     try:
