@@ -195,7 +195,21 @@ def parse_completion(body: bytes, limits: RequestLimits) -> CompletionRequest:
     return validate_completion(parse_json(body), limits)
 
 
+# vLLM's input `prompt_embeds` stands in for a prompt there; with neither, vLLM's wording.
+NO_PROMPT = "Either prompt or prompt_embeds must be provided and non-empty."
+EMBEDS_UNSERVED = (
+    "Prompt embeddings ('prompt_embeds') are not served through the gateway: send the prompt as "
+    "text or token ids."
+)
+
+
 def validate_completion(data: Mapping[str, Any], limits: RequestLimits) -> CompletionRequest:
+    if "prompt_embeds" in data and data.get("prompt") in (None, ""):
+        embeds = data["prompt_embeds"]
+        if embeds is None or embeds == []:
+            raise InvalidRequest(NO_PROMPT, param="prompt")
+        if data.get("prompt") is None:
+            raise InvalidRequest(EMBEDS_UNSERVED, param="prompt_embeds")
     fields, unknown = COMPLETIONS.validate(data)
     for rule in CROSS_CHECKS:
         if rule.broken(fields):

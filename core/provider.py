@@ -23,10 +23,28 @@ from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 from core.chat import ChatRequest
 from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
+from core.errors import ConfigError
 from core.responses import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 
 # What a model does with a field its target cannot serve: a 400, or drop it (and say so).
 Policy = Literal["reject", "drop"]
+# How a provider's answers are written to the caller: in OpenAI's shape, or in the shape of
+# vLLM's own server (each of its fields on every answer, null when not set, and its placing of
+# `system_fingerprint`), for callers written against `vllm serve`.
+AnswerShape = Literal["openai", "vllm"]
+ANSWER_SHAPES: tuple[AnswerShape, ...] = ("openai", "vllm")
+
+
+def parse_answer_shape(value: object, path: str, default: AnswerShape) -> AnswerShape:
+    """A provider block's `answer_shape` (None: `default`)."""
+    if value is None:
+        return default
+    for shape in ANSWER_SHAPES:
+        if value == shape:
+            return shape
+    raise ConfigError(path, f"expected one of {', '.join(ANSWER_SHAPES)}, got {value!r}")
+
+
 S = TypeVar("S")  # an adapter's state for a prepared completion
 E = TypeVar("E")  # an adapter's state for a prepared embeddings request
 H = TypeVar("H")  # an adapter's state for a prepared chat completion
@@ -75,6 +93,7 @@ class CompletionCall:
     dropped: tuple[str, ...]
     complete: Callable[[], Awaitable[Completion]]
     stream: Callable[[], AsyncIterator[list[Chunk]]]
+    answer_shape: AnswerShape = "openai"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +104,7 @@ class ChatCall:
     dropped: tuple[str, ...]
     complete: Callable[[], Awaitable[ChatCompletion]]
     stream: Callable[[], AsyncIterator[list[ChatChunk]]]
+    answer_shape: AnswerShape = "openai"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +162,7 @@ class Adapter(ABC, Generic[S, E, H]):
     name: str
     type_tags: ClassVar[tuple[str, ...]]  # the config `type:` tags it serves
     reloadable: ClassVar[bool] = True
+    answer_shape: AnswerShape = "openai"
 
     async def start(self) -> None:
         return None
@@ -198,6 +219,7 @@ class Adapter(ABC, Generic[S, E, H]):
             prepared.dropped,
             partial(self.complete, prepared),
             partial(self.stream, prepared),
+            self.answer_shape,
         )
 
     def chat(self, request: ChatRequest, target: Target) -> ChatCall:
@@ -207,6 +229,7 @@ class Adapter(ABC, Generic[S, E, H]):
             prepared.dropped,
             partial(self.complete_chat, prepared),
             partial(self.stream_chat, prepared),
+            self.answer_shape,
         )
 
     def embedding(self, request: EmbeddingRequest, target: Target) -> EmbeddingCall:

@@ -14,7 +14,8 @@ legacy logprobs, stop strings excluded, usage as OpenAI counts it. The gateway t
   usage. A chunk may carry `system_fingerprint`: it holds for that chunk and every later one.
 * A choice may also carry vLLM's extras, each only when not null: `stop_reason` (the stop
   string or token id that ended it), `prompt_logprobs` (vLLM's format), `prompt_token_ids` (a
-  stream's first delta of the choice) and `token_ids`.
+  stream's first delta of the choice) and `token_ids`. Written in vLLM's shape
+  (gateway/shapes.py), they are on every answer, null when not set: the types say so.
 * `Embeddings`: one embedding per input, in input order, each in the request's
   `encoding_format`: a list of floats, or OpenAI's base64 of little-endian float32 values.
 """
@@ -38,8 +39,8 @@ class Usage(TypedDict):
     completion_tokens: int
     total_tokens: int
     # OpenAI's breakdowns (cached, reasoning, audio, … tokens), as the upstream reported them.
-    prompt_tokens_details: NotRequired[dict[str, int]]
-    completion_tokens_details: NotRequired[dict[str, int]]
+    prompt_tokens_details: NotRequired[dict[str, int] | None]
+    completion_tokens_details: NotRequired[dict[str, int] | None]
 
 
 class PromptLogprob(TypedDict):
@@ -61,22 +62,22 @@ class Choice(TypedDict):
     index: int
     logprobs: Logprobs | None
     finish_reason: str | None  # stop | length | content_filter; None while a stream goes on
-    stop_reason: NotRequired[int | str]
-    prompt_logprobs: NotRequired[PromptLogprobs]
-    prompt_token_ids: NotRequired[list[int]]
-    token_ids: NotRequired[list[int]]
+    stop_reason: NotRequired[int | str | None]
+    prompt_logprobs: NotRequired[PromptLogprobs | None]
+    prompt_token_ids: NotRequired[list[int] | None]
+    token_ids: NotRequired[list[int] | None]
 
 
 class Chunk(TypedDict):
     choices: list[Choice]
     usage: NotRequired[Usage]
-    system_fingerprint: NotRequired[str]
+    system_fingerprint: NotRequired[str | None]
 
 
 class Completion(TypedDict):
     choices: list[Choice]
     usage: Usage | None
-    system_fingerprint: NotRequired[str]
+    system_fingerprint: NotRequired[str | None]
 
 
 class EmbeddingUsage(TypedDict):
@@ -133,16 +134,16 @@ class ChatChoice(TypedDict):
     message: ChatMessage
     logprobs: ChatLogprobs | None
     finish_reason: str | None  # stop | length | tool_calls | content_filter
-    stop_reason: NotRequired[int | str]
-    token_ids: NotRequired[list[int]]
+    stop_reason: NotRequired[int | str | None]
+    token_ids: NotRequired[list[int] | None]
 
 
 class ChatCompletion(TypedDict):
     choices: list[ChatChoice]
     usage: Usage | None
-    system_fingerprint: NotRequired[str]
-    prompt_token_ids: NotRequired[list[int]]  # vLLM's return_token_ids
-    prompt_logprobs: NotRequired[PromptLogprobs]
+    system_fingerprint: NotRequired[str | None]
+    prompt_token_ids: NotRequired[list[int] | None]  # vLLM's return_token_ids
+    prompt_logprobs: NotRequired[PromptLogprobs | None]
 
 
 class ToolCallDelta(TypedDict, total=False):
@@ -171,15 +172,16 @@ class ChatChunkChoice(TypedDict):
     delta: ChatDelta
     logprobs: ChatLogprobs | None
     finish_reason: str | None  # on each choice's last chunk only
-    stop_reason: NotRequired[int | str]
-    token_ids: NotRequired[list[int]]
+    stop_reason: NotRequired[int | str | None]
+    token_ids: NotRequired[list[int] | None]
 
 
 class ChatChunk(TypedDict):
     choices: list[ChatChunkChoice]
     usage: NotRequired[Usage]
-    system_fingerprint: NotRequired[str]
-    prompt_token_ids: NotRequired[list[int]]
+    system_fingerprint: NotRequired[str | None]
+    prompt_token_ids: NotRequired[list[int] | None]
+    prompt_text: NotRequired[str | None]  # vLLM's, on a chat stream's first chunks
 
 
 # What a stream's batches hold, whichever the endpoint.

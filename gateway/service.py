@@ -37,12 +37,14 @@ from gateway.metrics import RequestRecord
 from gateway.plans import CHAT, COMPLETIONS, EMBEDDINGS, Plan
 from gateway.ratelimit import Grant
 from gateway.runtime import Runtime
-from gateway.sse import Envelope, StreamResult, pump
+from gateway.shapes import chat_document, completion_document, envelope
+from gateway.sse import CHAT_CHUNK, Envelope, StreamResult, pump
 from gateway.trees import Leaf
 
 DROPPED_HEADER = b"x-gateway-dropped-params"
 T = TypeVar("T")
 K = TypeVar("K", Chunk, ChatChunk)  # what a stream's batches hold
+TEXT_CHUNK = "text_completion"  # a completions stream's chunks' `object`
 # A chat without max_tokens may use what the context window leaves: the reservation assumes a
 # typical answer, and is settled to what was used.
 UNBOUNDED_RESERVE = 256
@@ -80,27 +82,12 @@ async def _json(
     prepare = completion_preparer(inbound.runtime, req)
     call, answer = await _attempts(inbound, reply, record, plan, prepare, _complete)
     record.use(answer["usage"])
-    doc = _document(answer, req, cid)
+    doc = completion_document(answer, req.model, cid, int(time.time()), call.answer_shape)
     await reply.respond(200, orjson.dumps(doc), _headers(JSON_HEADERS, call.dropped))
 
 
 def _complete(call: CompletionCall) -> Awaitable[Completion]:
     return call.complete()
-
-
-def _document(out: Completion, req: CompletionRequest, cid: str) -> dict[str, object]:
-    doc: dict[str, object] = {
-        "id": cid,
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": req.model,
-        "choices": out["choices"],
-        "usage": out["usage"],
-    }
-    fingerprint = out.get("system_fingerprint")
-    if fingerprint is not None:
-        doc["system_fingerprint"] = fingerprint
-    return doc
 
 
 async def _stream(
@@ -113,7 +100,9 @@ async def _stream(
 ) -> None:
     prepare = completion_preparer(inbound.runtime, req)
     call, (first, rest) = await _attempts(inbound, reply, record, plan, prepare, _first_batch)
-    env = Envelope(cid, int(time.time()), req.model, req.include_usage)
+    env = envelope(
+        cid, int(time.time()), req.model, req.include_usage, TEXT_CHUNK, call.answer_shape
+    )
     await _pumped(inbound, reply, record, call.dropped, env, first, rest)
 
 
@@ -215,7 +204,7 @@ async def _chat_json(
     prepare = chat_preparer(inbound.runtime, req)
     call, answer = await _attempts(inbound, reply, record, plan, prepare, _complete_chat)
     record.use(answer["usage"])
-    doc = _chat_document(answer, req, cid)
+    doc = chat_document(answer, req.model, cid, int(time.time()), call.answer_shape)
     await reply.respond(200, orjson.dumps(doc), _headers(JSON_HEADERS, call.dropped))
 
 
@@ -223,34 +212,15 @@ def _complete_chat(call: ChatCall) -> Awaitable[ChatCompletion]:
     return call.complete()
 
 
-def _chat_document(out: ChatCompletion, req: ChatRequest, cid: str) -> dict[str, object]:
-    doc: dict[str, object] = {
-        "id": cid,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": req.model,
-        "choices": out["choices"],
-        "usage": out["usage"],
-    }
-    for key in CHAT_ANSWER_KEYS:
-        if key in out:
-            doc[key] = out[key]  # type: ignore[literal-required]  # keys of ChatCompletion
-    return doc
-
-
-CHAT_ANSWER_KEYS = ("system_fingerprint", "prompt_token_ids", "prompt_logprobs")
-
-
 async def _chat_stream(
     inbound: Inbound, reply: Reply, record: RequestRecord, req: ChatRequest, plan: Plan, cid: str
 ) -> None:
     prepare = chat_preparer(inbound.runtime, req)
     call, (first, rest) = await _attempts(inbound, reply, record, plan, prepare, _first_batch)
-    env = Envelope(cid, int(time.time()), req.model, req.include_usage, CHUNK_OBJECT)
+    env = envelope(
+        cid, int(time.time()), req.model, req.include_usage, CHAT_CHUNK, call.answer_shape
+    )
     await _pumped(inbound, reply, record, call.dropped, env, first, rest)
-
-
-CHUNK_OBJECT = "chat.completion.chunk"
 
 
 def chat_preparer(rt: Runtime, req: ChatRequest) -> Prepare[ChatCall]:

@@ -20,6 +20,7 @@ from core.responses import ChatChunk, Chunk, Usage
 from gateway.http import Send
 
 DONE_EVENT = b"data: [DONE]\n\n"
+CHAT_CHUNK = "chat.completion.chunk"  # a chat stream's chunks' `object`
 log = logging.getLogger("gateway.sse")
 K = TypeVar("K", Chunk, ChatChunk)  # completions' or chat's chunks
 
@@ -38,7 +39,7 @@ class Envelope:
         include_usage: bool,
         kind: str = "text_completion",
     ) -> None:
-        """`kind`: the chunks' `object` (a chat's are "chat.completion.chunk")."""
+        """`kind`: the chunks' `object` (a chat's are CHAT_CHUNK)."""
         self.include_usage = include_usage
         self._fixed = {"id": completion_id, "object": kind, "created": created, "model": model}
         self._head = self._encode(self._fixed)

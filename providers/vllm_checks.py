@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from core.completions import DEFAULT_MAX_TOKENS
+from core.completions import DEFAULT_MAX_TOKENS, NO_PROMPT
 from core.errors import InvalidRequest
 
 MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's (sampling_params.MAX_LOGPROB_TOKEN_IDS)
@@ -93,6 +93,8 @@ def _logprob_token_ids_checks(f: Mapping[str, Any]) -> None:
 def check(f: Mapping[str, Any]) -> None:
     """vLLM's own checks between a completion request's fields (its CompletionRequest's
     validators, SamplingParams'), as 400s naming the field."""
+    if f.get("prompt") == "":
+        raise InvalidRequest(NO_PROMPT, param="prompt")
     _shared_checks(f)
     if f.get("use_beam_search"):
         _beam_search_checks(f)

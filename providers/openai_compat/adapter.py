@@ -92,6 +92,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
     def __init__(self, name: str, spec: DialectSpec, settings: Settings) -> None:
         self.name = name
         self.spec = spec
+        self.answer_shape = settings.answer_shape
         self._embedding_rules = EMBEDDING_RULES[spec.name]
         self._embeddings_url = settings.base_url + "/embeddings"
         self._chat_rules = CHAT_RULES[spec.name]
@@ -125,7 +126,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         if spec is None:
             known = ", ".join(cls.type_tags)
             raise ConfigError(f"{path}.type", f"{type_tag!r} is not one of {known}")
-        return spec, parse_settings(settings, path)
+        return spec, parse_settings(settings, path, spec.answer_shapes)
 
     async def start(self) -> None:
         await self._client.start()
@@ -161,6 +162,8 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
             request.n,
             continuous,
             extras_for(request.fields),
+            keep_empty=self.answer_shape == "vllm",
+            await_fingerprint=self.answer_shape == "vllm" and not request.include_usage,
         )
         payload = orjson.dumps(body)
         plan = UpstreamCompletion(body, payload, shape, best_of, truncate, check_context, request)
@@ -181,7 +184,13 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         stop = request.fields.get("stop", ())
         stops = ((stop,) if type(stop) is str else tuple(stop)) if spec.stop_may_be_included else ()
         shape = ChatNormalization(
-            target.label, request.logprobs, continuous, choice_extras, answer_extras, stops
+            target.label,
+            request.logprobs,
+            continuous,
+            choice_extras,
+            answer_extras,
+            stops,
+            await_fingerprint=self.answer_shape == "vllm" and not request.include_usage,
         )
         plan = UpstreamChat(body, orjson.dumps(body), shape, truncate, check_context, request)
         return Prepared(target, applied.dropped, plan)

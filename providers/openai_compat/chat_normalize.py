@@ -34,7 +34,7 @@ from core.responses import (
 
 from .chat_stops import ChatStopHoldBack, strip_chat_stop
 from .errors import bad_answer
-from .normalize import FINISH, finish_reason, usage
+from .normalize import FINISH, FingerprintWait, finish_reason, usage
 
 CHAT_FINISH: Mapping[str, str] = MappingProxyType(
     {**FINISH, "tool_calls": "tool_calls", "function_call": "tool_calls"}
@@ -59,6 +59,8 @@ class ChatNormalization:
     choice_extras: tuple[str, ...] = ("stop_reason",)  # per-choice keys kept when not null
     answer_extras: tuple[str, ...] = ()  # top-level keys kept when not null
     stops: tuple[str, ...] = ()  # stop strings to cut (dialects that may include them)
+    # The chunks that end a choice wait for the upstream's system_fingerprint (FingerprintWait).
+    await_fingerprint: bool = False
 
 
 def chat_extras(fields: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -71,6 +73,10 @@ def chat_extras(fields: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, 
         value = fields.get(field)
         if value is not None and value is not False:  # prompt_logprobs=0 asks too
             per_answer.extend(keys)
+    if fields.get("echo") and "prompt_logprobs" not in per_answer:
+        per_answer.append(
+            "prompt_logprobs"
+        )  # vLLM's server asks for them with echo, and shows them
     return tuple(per_choice), tuple(per_answer)
 
 
@@ -205,7 +211,7 @@ class ChatStreamNormalizer:
     one final `{"choices": [], "usage": …}`. The fingerprint rides on the first chunk out after it
     appears or changes; vLLM's prompt token ids on the first chunk that carries them."""
 
-    __slots__ = ("_fingerprint", "_hold", "_pending", "_shape", "_usage")
+    __slots__ = ("_fingerprint", "_hold", "_pending", "_shape", "_usage", "_wait")
 
     def __init__(self, shape: ChatNormalization) -> None:
         self._shape = shape
@@ -213,6 +219,7 @@ class ChatStreamNormalizer:
         self._usage: Any = None
         self._fingerprint: str | None = None
         self._pending: str | None = None
+        self._wait = FingerprintWait() if shape.await_fingerprint else None
 
     def feed(self, event: Mapping[str, Any]) -> list[ChatChunk]:
         # Every event of every chat stream passes here: the common case goes straight through.
@@ -223,7 +230,7 @@ class ChatStreamNormalizer:
             self._fingerprint = self._pending = str(fingerprint)
         raw = event.get("choices")
         if not raw or type(raw) is not list:
-            return []
+            return self._waited() if self._pending is not None else []
         deltas = []
         for i, c in enumerate(raw):
             d = self._delta(c, i)
@@ -239,10 +246,20 @@ class ChatStreamNormalizer:
             so_far = usage(event.get("usage"))
             if so_far is not None:
                 chunk["usage"] = so_far
+        if self._wait is not None:
+            if self._wait.holds(chunk, self._fingerprint is not None):
+                return []
+            return [*self._waited(), self._stamp(chunk)]
         return [chunk if self._pending is None else self._stamp(chunk)]
 
+    def _waited(self) -> list[ChatChunk]:
+        """The chunks that waited for the fingerprint, the first one carrying it."""
+        if self._wait is None:
+            return []
+        return [self._stamp(chunk) for chunk in self._wait.release()]
+
     def end(self) -> list[ChatChunk]:
-        out: list[ChatChunk] = []
+        out: list[ChatChunk] = self._waited()
         held = self._hold.flush() if self._hold is not None else []
         if held:
             out.append(self._stamp({"choices": held}))

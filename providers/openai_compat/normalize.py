@@ -57,6 +57,10 @@ class Normalization:
     # vLLM's continuous_usage_stats went upstream: content chunks keep their usage.
     continuous_usage: bool = False
     extras: tuple[str, ...] = ("stop_reason",)  # per-choice keys kept when not null
+    # Every delta becomes a chunk, empty ones too (the caller gets vLLM's server's chunks).
+    keep_empty: bool = False
+    # The chunks that end a choice wait for the upstream's system_fingerprint (FingerprintWait).
+    await_fingerprint: bool = False
 
     def protected(self, index: int) -> int:
         prompt = index // self.n
@@ -207,6 +211,29 @@ def finish(body: Mapping[str, Any], picked: list[Choice], shape: Normalization) 
     return out
 
 
+class FingerprintWait:
+    """vLLM's server writes its system_fingerprint on the chunks that end a choice, unless
+    usage was asked for: then only on the usage chunk, and the gateway always asks for usage.
+    For a caller who did not, the chunks from the first one that ends a choice on wait for the
+    fingerprint (the usage chunk comes right after the last one), so that they can carry it."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: list[Any] = []
+
+    def holds(self, chunk: Any, known: bool) -> bool:
+        """Whether `chunk` waits (kept here, in order)."""
+        if known or not (self._held or any(c["finish_reason"] for c in chunk["choices"])):
+            return False
+        self._held.append(chunk)
+        return True
+
+    def release(self) -> list[Any]:
+        out, self._held = self._held, []
+        return out
+
+
 class StreamNormalizer:
     """Upstream stream events → canonical chunks: content chunks carry `choices` (and, with
     continuous usage, the usage so far of their choice); the request's usage, wherever the
@@ -214,7 +241,7 @@ class StreamNormalizer:
     final `{"choices": [], "usage": …}`. The upstream's `system_fingerprint` rides on
     the first chunk out after it appears or changes (the renderer keeps it for later chunks)."""
 
-    __slots__ = ("_fingerprint", "_hold", "_pending", "_shape", "_usage")
+    __slots__ = ("_fingerprint", "_hold", "_pending", "_shape", "_usage", "_wait")
 
     def __init__(self, shape: Normalization) -> None:
         self._shape = shape
@@ -222,6 +249,7 @@ class StreamNormalizer:
         self._usage: Any = None
         self._fingerprint: str | None = None
         self._pending: str | None = None  # a fingerprint not passed on yet
+        self._wait = FingerprintWait() if shape.await_fingerprint else None
 
     def feed(self, event: Mapping[str, Any]) -> list[Chunk]:
         if event.get("usage") is not None:
@@ -231,7 +259,7 @@ class StreamNormalizer:
             self._fingerprint = self._pending = fingerprint
         raw = event.get("choices")
         if not raw or not isinstance(raw, list):
-            return []
+            return self._waited() if self._pending is not None else []
         deltas = []
         for position, item in enumerate(raw):
             delta: Choice | None = choice(item, position, self._shape, final=False)
@@ -241,7 +269,7 @@ class StreamNormalizer:
                 continue
             if not self._shape.want_logprobs:
                 delta["logprobs"] = None
-            if _carries(delta):
+            if self._shape.keep_empty or _carries(delta):
                 deltas.append(delta)
         if not deltas:
             return []
@@ -250,10 +278,18 @@ class StreamNormalizer:
             so_far = usage(event.get("usage"))
             if so_far is not None:
                 chunk["usage"] = so_far  # the choice's usage so far
-        return [self._stamp(chunk)]
+        if self._wait is not None and self._wait.holds(chunk, self._fingerprint is not None):
+            return []
+        return [*self._waited(), self._stamp(chunk)]
+
+    def _waited(self) -> list[Chunk]:
+        """The chunks that waited for the fingerprint, the first one carrying it."""
+        if self._wait is None:
+            return []
+        return [self._stamp(chunk) for chunk in self._wait.release()]
 
     def end(self) -> list[Chunk]:
-        out: list[Chunk] = []
+        out: list[Chunk] = self._waited()
         held = self._hold.flush() if self._hold is not None else []
         if held:
             out.append(self._stamp({"choices": held}))

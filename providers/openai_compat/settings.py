@@ -4,7 +4,8 @@ Keys: `type` (openai | fireworks | vllm-server | openai-compatible); `base_url` 
 API root such as https://api.fireworks.ai/inference/v1: requests go to base_url +
 "/completions"); `api_key` (optional, sent as `Authorization: Bearer`); `headers` (optional
 extra static headers); `max_connections` (pool size, default 512); `connect_timeout_s`
-(default 10).
+(default 10); `answer_shape` (`vllm-server` only: `vllm`, the default, writes answers as vLLM's
+server does, `openai` in OpenAI's strict shape).
 """
 
 from __future__ import annotations
@@ -16,8 +17,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from core.errors import ConfigError
+from core.provider import AnswerShape, parse_answer_shape
 
-KEYS = ("type", "base_url", "api_key", "headers", "max_connections", "connect_timeout_s")
+KEYS = (
+    "type",
+    "base_url",
+    "api_key",
+    "headers",
+    "max_connections",
+    "connect_timeout_s",
+    "answer_shape",
+)
 DEFAULT_MAX_CONNECTIONS = 512
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 USER_AGENT = "completions-gateway"
@@ -34,9 +44,13 @@ class Settings:
     api_key: str
     max_connections: int
     connect_timeout_s: float
+    answer_shape: AnswerShape = "openai"
 
 
-def parse_settings(settings: Mapping[str, Any], path: str) -> Settings:
+def parse_settings(
+    settings: Mapping[str, Any], path: str, shapes: tuple[AnswerShape, ...] = ("openai",)
+) -> Settings:
+    """`shapes`: the answer shapes the provider's type can take, its default first."""
     for key in settings:
         if key not in KEYS:
             raise ConfigError(f"{path}.{key}", f"unknown key (known: {', '.join(KEYS)})")
@@ -54,7 +68,15 @@ def parse_settings(settings: Mapping[str, Any], path: str) -> Settings:
         api_key=api_key,
         max_connections=_count(settings.get("max_connections"), f"{path}.max_connections"),
         connect_timeout_s=_seconds(settings.get("connect_timeout_s"), f"{path}.connect_timeout_s"),
+        answer_shape=_shape(settings.get("answer_shape"), f"{path}.answer_shape", shapes),
     )
+
+
+def _shape(value: Any, path: str, shapes: tuple[AnswerShape, ...]) -> AnswerShape:
+    shape = parse_answer_shape(value, path, shapes[0])
+    if shape not in shapes:
+        raise ConfigError(path, f"this provider type answers in {' or '.join(shapes)} shape only")
+    return shape
 
 
 def _base_url(value: Any, path: str) -> str:

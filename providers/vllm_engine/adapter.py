@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
 
 T = TypeVar("T")
+A = TypeVar("A", Completion, ChatCompletion)  # a whole answer
 
 # Fields the adapter reads from the validated request itself, whatever the rules say.
 SELF_SET = ("model", "prompt", "stream", "max_tokens", "n")
@@ -74,6 +75,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
     def __init__(self, name: str, engine: Engine) -> None:
         self.name = name
         self.engine = engine
+        self.answer_shape = engine.settings.answer_shape
         self._prefix = f"{name}-{secrets.token_hex(4)}-"
         self._count = itertools.count(1)
         # vLLM's cap on logprobs and prompt_logprobs (-1: none), from the engine's arguments.
@@ -214,6 +216,12 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
             wording = WRONG_TASK[endpoint or task]
             raise InvalidRequest(wording.format(label=target.label), param="model")
 
+    def _fingerprinted(self, answer: A) -> A:
+        """The answer with the engine's system_fingerprint."""
+        if self.engine.fingerprint is not None:
+            answer["system_fingerprint"] = self.engine.fingerprint
+        return answer
+
     def _front(self) -> ChatFront:
         front = self.engine.chat
         if front is None:  # a generating engine is up only with its front end
@@ -244,7 +252,9 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
             raise
         except Exception as exc:
             raise engine_error(exc, label) from None
-        return _document(results, inputs, prepared.state, llm.renderer.tokenizer)
+        return self._fingerprinted(
+            _document(results, inputs, prepared.state, llm.renderer.tokenizer)
+        )
 
     async def stream(
         self, prepared: Prepared[EngineCompletion]
@@ -265,6 +275,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         )
         merged = submit.merge(generators)
         wait = target.first_byte_s or target.timeout_s  # the first output may wait longer
+        fingerprint = self.engine.fingerprint  # on the first chunk: it holds for all later ones
         async with aclosing(merged):
             while True:
                 try:
@@ -274,6 +285,8 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
                 wait = target.timeout_s
                 chunks = state.chunks(idx, result)
                 if chunks:
+                    if fingerprint is not None:
+                        chunks[0]["system_fingerprint"], fingerprint = fingerprint, None
                     yield chunks
         yield [state.usage_chunk()]
 
@@ -297,8 +310,15 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
             raise output.EngineStopped("no output")
         vreq = started.vllm_request
         shape = _chat_shape(front, plan, started)
-        return chat_output.document(
-            results[0], plan.fan, shape, vreq, lambda: front.parser(vreq), llm.renderer.tokenizer
+        return self._fingerprinted(
+            chat_output.document(
+                results[0],
+                plan.fan,
+                shape,
+                vreq,
+                lambda: front.parser(vreq),
+                llm.renderer.tokenizer,
+            )
         )
 
     async def stream_chat(
@@ -320,6 +340,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
             llm.renderer.tokenizer,
         )
         wait = target.first_byte_s or target.timeout_s  # the first output may wait longer
+        fingerprint = self.engine.fingerprint  # on the first chunk: it holds for all later ones
         async with aclosing(started.outputs) as outputs:
             accepted = False
             while True:
@@ -333,6 +354,8 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
                     accepted = True
                     yield []
                 if chunks:
+                    if fingerprint is not None:
+                        chunks[0]["system_fingerprint"], fingerprint = fingerprint, None
                     yield chunks
         yield [state.usage_chunk()]
 

@@ -108,6 +108,10 @@ def sampling_fields(body: Mapping[str, Any], request: ChatRequest) -> dict[str, 
     skip = ("echo", "response_format", "structured_outputs", "logprobs", "top_logprobs")
     fields = {k: v for k, v in body.items() if k not in skip}
     fields["logprobs"] = sample_logprobs(request)
+    if body.get("echo") and fields.get("prompt_logprobs") is None:
+        # vLLM's server asks for the prompt's logprobs with echo (top_logprobs of them, 0 when
+        # unset), and shows them.
+        fields["prompt_logprobs"] = body.get("top_logprobs", 0)
     return fields
 
 

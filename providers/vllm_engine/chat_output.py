@@ -64,7 +64,7 @@ class ChatRendering:
     all_top: bool  # logprob_token_ids: every scored id is shown
     tokens_as_ids: bool  # return_tokens_as_token_ids
     token_ids: bool  # return_token_ids
-    prompt_logprobs: bool  # asked for: vLLM's answer is shown
+    prompt_logprobs: bool  # asked for (or echo): vLLM's answer is shown
     continuous_usage: bool
     single_call: bool  # parallel_tool_calls false: the first call only
     tool_choice: Any  # vLLM's: None, "none", "auto", "required" or a named function
@@ -83,7 +83,9 @@ class ChatRendering:
             all_top=bool(vreq.logprob_token_ids),
             tokens_as_ids=bool(vreq.return_tokens_as_token_ids),
             token_ids=bool(vreq.return_token_ids),
-            prompt_logprobs=request.fields.get("prompt_logprobs") is not None,
+            # As vLLM's server asks the engine: echo asks for them too (top_logprobs of them).
+            prompt_logprobs=vreq.prompt_logprobs is not None
+            or bool(vreq.echo and vreq.top_logprobs is not None),
             continuous_usage=request.continuous_usage,
             single_call=vreq.parallel_tool_calls is False,
             tool_choice=vreq.tool_choice,

@@ -63,6 +63,8 @@ class Engine:
         self.tasks: frozenset[str] = frozenset()
         # vLLM's chat front end (templating, tool parsing) of a generating engine.
         self.chat: ChatFront | None = None
+        # The answers' system_fingerprint, as vLLM's server makes it from the engine's config.
+        self.fingerprint: str | None = None
 
     @property
     def llm(self) -> AsyncLLM:
@@ -103,6 +105,7 @@ class Engine:
                 self.tasks = frozenset(await llm.get_supported_tasks())
                 if GENERATE in self.tasks:  # as `vllm serve` builds it (a bad parser: no start)
                     self.chat = await asyncio.to_thread(build_front, llm, self.settings)
+                self.fingerprint = fingerprint_of(llm)
             except BaseException:
                 llm.shutdown()
                 raise
@@ -173,6 +176,14 @@ class Engine:
             # interpreter exit, that fails noisily on half-torn-down modules. Collect it now.
             del llm
             gc.collect()
+
+
+def fingerprint_of(llm: AsyncLLM) -> str | None:
+    """vLLM's server's `system_fingerprint` (its default "full" form): vLLM's version, any
+    parallelism, and a hash of the engine's configuration."""
+    from vllm.entrypoints.serve.utils.fingerprint import build_system_fingerprint
+
+    return build_system_fingerprint(llm.vllm_config)
 
 
 def engine_args(settings: EngineSettings) -> dict[str, Any]:

@@ -15,6 +15,10 @@ against vLLM's registry when the engine starts), `enable_auto_tool_choice`
 (`--enable-auto-tool-choice`: `tool_choice` auto, required and named; it needs
 `tool_call_parser`), `trust_request_chat_template` (`--trust-request-chat-template`: a request
 may bring its own `chat_template`).
+
+`answer_shape` (`vllm`, the default, or `openai`): answers as `vllm serve` writes them (every
+field of its answers, null when not set, and its `system_fingerprint`), or in OpenAI's strict
+shape.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from core.errors import ConfigError
+from core.provider import AnswerShape, parse_answer_shape
 
 KEYS = (
     "type",
@@ -33,6 +38,7 @@ KEYS = (
     "tool_call_parser",
     "enable_auto_tool_choice",
     "trust_request_chat_template",
+    "answer_shape",
 )
 # Arguments the gateway sets itself: the model comes from `model`, and the Mirostat logits
 # processor must always be loaded.
@@ -47,6 +53,7 @@ class EngineSettings:
     tool_call_parser: str | None = None
     enable_auto_tool_choice: bool = False
     trust_request_chat_template: bool = False
+    answer_shape: AnswerShape = "vllm"
 
 
 def parse_settings(settings: Mapping[str, Any], path: str) -> EngineSettings:
@@ -69,6 +76,9 @@ def parse_settings(settings: Mapping[str, Any], path: str) -> EngineSettings:
         tool_call_parser=parser,
         enable_auto_tool_choice=auto,
         trust_request_chat_template=_flag(settings, "trust_request_chat_template", path),
+        answer_shape=parse_answer_shape(
+            settings.get("answer_shape"), f"{path}.answer_shape", "vllm"
+        ),
     )
 
 

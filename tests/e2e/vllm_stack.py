@@ -48,10 +48,11 @@ SERVER_CHAT_FLAGS = (
 CONFIG = """\
 auth:
   keys:
-    - {{id: t, key: {key}, models: ["*"], providers: [server, engine]}}
+    - {{id: t, key: {key}, models: ["*"], providers: [server, engine, server-openai]}}
     - {{id: metered, key: {metered}, providers: [engine], limits: {{tpm: {tpm}}}}}
 providers:
   server: {{type: vllm-server, base_url: "{url}"}}
+  server-openai: {{type: vllm-server, base_url: "{url}", answer_shape: openai}}
   engine:
     type: vllm
     model: {model_dir}

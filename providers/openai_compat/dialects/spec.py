@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.provider import AnswerShape
 from providers.params import Dialect
 
 
@@ -34,3 +35,5 @@ class DialectSpec:
     # its server): a 400 naming the field instead of the upstream's answer.
     request_checks: Callable[[Mapping[str, Any]], None] | None = None
     chat_checks: Callable[[Mapping[str, Any]], None] | None = None  # the same, for chat
+    # The shapes its answers may be written in (a provider's `answer_shape`), the default first.
+    answer_shapes: tuple[AnswerShape, ...] = ("openai",)

@@ -63,4 +63,5 @@ SPEC = DialectSpec(
     clamps_max_tokens=True,
     request_checks=vllm_checks.check,
     chat_checks=vllm_checks.check_chat,
+    answer_shapes=("vllm", "openai"),  # vLLM's own server's shape unless asked otherwise
 )
