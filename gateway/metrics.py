@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,11 +185,14 @@ class Metrics:
             tasks.set_function(_tasks)
 
     def _child(self, metric: str, *labels: str) -> Any:
-        """labels() takes a lock and builds a key each time: cache the children."""
+        """labels() takes a lock and builds a key each time: cache the children (counters and
+        histograms as their values' handles, which every request updates)."""
         key = (metric, labels)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = self.m[metric].labels(*labels)
+            child = self.m[metric].labels(*labels)
+            handle = HANDLES.get(METRICS[metric][0])
+            child = self._children[key] = child if handle is None else handle(child)
         return child
 
     # ------------------------------------------------------------ observations
@@ -319,6 +323,44 @@ class Metrics:
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
         return generate_latest(merged), CONTENT_TYPE_LATEST
+
+
+class CounterHandle:
+    """A counter child's value, added to directly. prometheus_client's `inc` checks that the
+    metric has its labels and that the amount is not negative on every call; the handle is made
+    from a child (labels given) and is only given counts. The metrics cost a quarter of the
+    gateway's CPU a request before the handles (measured against `metrics: {enabled: false}`)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, child: Any) -> None:
+        self._value = child._value
+
+    def inc(self, amount: float = 1) -> None:
+        self._value.inc(amount)
+
+
+class HistogramHandle:
+    """A histogram child's values: the bucket found by bisection (prometheus_client walks the
+    bounds one by one) and the sum, added to directly. Samples are the same: the first bucket
+    whose bound is at or above the value (the last bound is +Inf)."""
+
+    __slots__ = ("_bounds", "_buckets", "_sum")
+
+    def __init__(self, child: Any) -> None:
+        self._bounds: list[float] = list(child._upper_bounds)
+        self._buckets = child._buckets
+        self._sum = child._sum
+
+    def observe(self, value: float) -> None:
+        self._sum.inc(value)
+        self._buckets[bisect_left(self._bounds, value)].inc(1)
+
+
+HANDLES: dict[type[Any], Callable[[Any], Any]] = {
+    Counter: CounterHandle,
+    Histogram: HistogramHandle,
+}
 
 
 def _forget_dead_workers(path: Path) -> None:
