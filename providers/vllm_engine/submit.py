@@ -43,19 +43,17 @@ class EngineCompletion:
 
 
 def check_request(request: CompletionRequest, max_logprobs: int) -> None:
-    """What vLLM's server refuses before any work, as 400s naming the field: empty prompts,
-    prompt embeddings (the engine serves text and token ids), logprobs and prompt_logprobs
-    above the engine's cap."""
+    """What vLLM's server refuses before any work, as 400s naming the field: prompt
+    embeddings (the engine serves text and token ids), logprobs and prompt_logprobs above the
+    engine's cap. (An empty prompt alone is refused by vllm_checks, in vLLM's words; an empty
+    one in a list is served, as vLLM's server serves it: its tokens are the special ones the
+    tokenizer adds.)"""
     if "prompt_embeds" in request.fields:
         raise InvalidRequest(
             "'prompt_embeds' is not supported by the in-process vLLM engine: send the prompt "
             "as text or token ids.",
             param="prompt_embeds",
         )
-    for i, prompt in enumerate(request.prompts):
-        if prompt == "":
-            name = "prompt" if isinstance(request.fields["prompt"], str) else f"prompt[{i}]"
-            raise InvalidRequest("The prompt must not be empty.", param=name)
     for name, kind in LOGPROB_FIELDS:
         asked = request.fields.get(name)
         if asked is not None and max_logprobs != -1 and not 0 <= asked <= max_logprobs:

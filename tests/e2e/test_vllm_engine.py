@@ -371,7 +371,6 @@ def test_vllm_xargs_reach_the_logits_processors(engine: openai.OpenAI) -> None:
         ({"prompt": [5, 100_000]}, "prompt", "Token id 100000 is out of vocabulary"),
         ({"prompt": [[5], [6, 394]]}, "prompt", "Token id 394 is out of vocabulary"),
         ({"prompt": ""}, "prompt", "must be provided and non-empty"),
-        ({"prompt": ["a", ""]}, "prompt[1]", "must not be empty"),
         ({"prompt": "a", "extra_body": {"prompt_embeds": "AAAA"}}, "prompt_embeds",
          "not supported"),
         ({"prompt": "a", "logprobs": 21}, "logprobs", "greater than max allowed: 20"),

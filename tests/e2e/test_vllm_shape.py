@@ -66,6 +66,7 @@ COMPLETIONS: dict[str, dict[str, Any]] = {
     "logprob_token_ids": {"logprobs": 1, "logprob_token_ids": [50, 2]},
     "priority-xargs": {"priority": 1, "vllm_xargs": {"unused": 1}},
     "beam_search": {"use_beam_search": True, "n": 2, "length_penalty": 0.5},
+    "an-empty-prompt-in-a-list": {"prompt": ["a", ""]},  # served: "" is the tokenizer's BOS
 }
 CHATS: dict[str, dict[str, Any]] = {
     "plain": {},
