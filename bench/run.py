@@ -373,7 +373,10 @@ def check(name: str, value: str, budget: str, ok: bool, floor: str | None = None
 
 def budgets(compared: Compared) -> list[dict[str, Any]]:
     gateway, raw = compared["gateway"], compared.get("raw", {})
-    checks = [*throughput_budgets(gateway, raw), *streaming_budgets(gateway, raw)]
+    checks = [
+        *ratio_budgets(gateway, raw, THROUGHPUT_SCENARIOS, 32, MIN_THROUGHPUT_RATIO),
+        *ratio_budgets(gateway, raw, STREAMING_SCENARIOS, 8, MIN_STREAMING_RATIO),
+    ]
     if "latency" in gateway:
         added, floor_added = gateway["latency"]["added_p50_ms"], None
         if "latency" in raw:
@@ -403,24 +406,18 @@ def ratio_check(
     return check(name, f"{100 * ratio:.1f}%", f">= {100 * minimum:.0f}%", ratio >= minimum, share)
 
 
-def throughput_budgets(
-    gateway: dict[str, dict[str, float]], raw: dict[str, dict[str, float]]
+def ratio_budgets(
+    gateway: dict[str, dict[str, float]],
+    raw: dict[str, dict[str, float]],
+    scenarios: dict[str, str],
+    connections: int,
+    minimum: float,
 ) -> list[dict[str, Any]]:
+    """Each of `scenarios` (scenario: what it is called) run, held to `minimum` of direct."""
     return [
-        ratio_check(f"{what} at 32 connections, gateway / direct req/s", MIN_THROUGHPUT_RATIO,
+        ratio_check(f"{what} at {connections} connections, gateway / direct req/s", minimum,
                     gateway[scenario], raw.get(scenario))
-        for scenario, what in THROUGHPUT_SCENARIOS.items()
-        if scenario in gateway
-    ]  # fmt: skip
-
-
-def streaming_budgets(
-    gateway: dict[str, dict[str, float]], raw: dict[str, dict[str, float]]
-) -> list[dict[str, Any]]:
-    return [
-        ratio_check(f"{what} at 8 connections, gateway / direct req/s", MIN_STREAMING_RATIO,
-                    gateway[scenario], raw.get(scenario))
-        for scenario, what in STREAMING_SCENARIOS.items()
+        for scenario, what in scenarios.items()
         if scenario in gateway
     ]  # fmt: skip
 
