@@ -1,16 +1,15 @@
 """The HTTP side: pooled connections per provider (http1.py), JSON calls and SSE streams.
 
 Everything that does not change per request (the origin, headers, the pool) is fixed at
-construction. Every deadline is asyncio's: a request cancelled under way aborts its connection,
-so the upstream sees it. Failures leave here already translated into the gateway's error tree
-(errors.py).
+construction. Deadlines are set on the request's connection (http1.py says why), in the loop's
+time: the head by the target's first_byte_s, the whole answer by its timeout_s, a stream's each
+read by its timeout_s. A request cancelled under way aborts its connection, so the upstream sees
+it. Failures leave here already translated into the gateway's error tree (errors.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping
-from typing import TypeVar
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 import orjson
@@ -27,7 +26,7 @@ from .errors import (
     transport_error,
     upstream_error,
 )
-from .http1 import HttpClientError, Origin, Pool, Response
+from .http1 import HttpClientError, Origin, Pool, Response, ResponseTimeout
 from .sse import DONE, SSEDecoder
 
 MAX_ERROR_BODY = 64 * 1024  # error bodies are short; a proxy's HTML page is cut here
@@ -35,7 +34,6 @@ KEEPALIVE_S = 30.0
 DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body before closing
 DRAIN_BYTES = 64 * 1024
 MAX_PATHS = 64
-T = TypeVar("T")
 
 
 class UpstreamStream:
@@ -43,15 +41,20 @@ class UpstreamStream:
     closes the connection, so the upstream sees the caller leave and stops generating; a body
     read to its end leaves the connection to the pool."""
 
-    __slots__ = ("response",)
+    __slots__ = ("_clock", "response")
 
-    def __init__(self, response: Response) -> None:
+    def __init__(self, response: Response, clock: Callable[[], float]) -> None:
         self.response = response
+        self._clock = clock
+
+    def due_in(self, seconds: float) -> None:
+        """What is read next must come within `seconds`."""
+        self.response.until(self._clock() + seconds)
 
     async def next_chunk(self, seconds: float) -> bytes | None:
         """What has arrived of the body, waiting up to `seconds` for some; None at its end."""
-        async with asyncio.timeout(seconds):
-            return await self.response.chunk()
+        self.due_in(seconds)
+        return await self.response.chunk()
 
     async def aclose(self) -> None:
         self.response.close()
@@ -90,16 +93,25 @@ class UpstreamClient:
         return self._pool is not None
 
     async def _sent(
-        self, method: str, url: str, target: Target, payload: bytes | None, stream: bool
-    ) -> Response:
-        """The response, once its status and headers are in: within the target's first_byte_s
-        when it has one, else (a stream) its timeout_s."""
-        if self._pool is None:
+        self, method: str, url: str, target: Target, payload: bytes | None
+    ) -> tuple[Response, float]:
+        """The response, once its status and headers are in (within the target's first_byte_s
+        when it has one, else its timeout_s), and when its timeout_s runs out."""
+        pool = self._pool
+        if pool is None:
             raise RuntimeError("UpstreamClient.start() was not called")
         path = self._paths.get(url) or self._path(url)
-        sent = self._pool.request(method, path, payload or b"", target.connect_s or self._connect_s)
+        now = pool.clock()
+        end = now + target.timeout_s
         first_byte = target.first_byte_s
-        return await _within(sent, first_byte or (target.timeout_s if stream else None), target)
+        head = end if first_byte is None else min(end, now + first_byte)
+        connect_s = target.connect_s or self._connect_s
+        try:
+            return await pool.request(method, path, payload or b"", connect_s, head), end
+        except ResponseTimeout:
+            if first_byte is not None and head < end:
+                raise first_byte_timeout(target) from None
+            raise
 
     def _path(self, url: str) -> str:
         """The request target of an address of this upstream (its path and query); an address
@@ -123,13 +135,13 @@ class UpstreamClient:
         whole answer within the target's timeout_s."""
         label = target.label
         try:
-            async with asyncio.timeout(target.timeout_s):
-                resp = await self._sent(method, url, target, payload, False)
-                try:
-                    raw = await resp.read()
-                finally:
-                    resp.close()
-        except (HttpClientError, TimeoutError) as exc:
+            resp, end = await self._sent(method, url, target, payload)
+            try:
+                resp.until(end)
+                raw = await resp.read()
+            finally:
+                resp.close()
+        except HttpClientError as exc:
             raise transport_error(exc, label) from None
         if not 200 <= resp.status < 300:
             detail = parse_body(raw[:MAX_ERROR_BODY])
@@ -154,17 +166,18 @@ class UpstreamClient:
         response once its status is known to be 2xx. The caller owns it: it must be closed
         (`aclose`; batches() does when it ends)."""
         label = target.label
+        assert self._pool is not None
         try:
-            resp = await self._sent("POST", url or self._url, target, payload, True)
-        except (HttpClientError, TimeoutError) as exc:
+            resp, end = await self._sent("POST", url or self._url, target, payload)
+        except HttpClientError as exc:
             raise transport_error(exc, label) from None
-        opened = UpstreamStream(resp)
+        opened = UpstreamStream(resp, self._pool.clock)
         if 200 <= resp.status < 300:
             return opened
         try:
-            async with asyncio.timeout(target.timeout_s):
-                raw = await resp.read(MAX_ERROR_BODY)
-        except (HttpClientError, TimeoutError):
+            resp.until(end)
+            raw = await resp.read(MAX_ERROR_BODY)
+        except HttpClientError:
             raw = b""
         finally:
             resp.close()
@@ -182,8 +195,8 @@ class UpstreamClient:
             if opened.response.content_type == "application/json":
                 # Some servers answer a stream request with one JSON document; its shape is
                 # that of a (single, complete) stream chunk.
-                async with asyncio.timeout(target.timeout_s):
-                    raw = await opened.response.read()
+                opened.due_in(target.timeout_s)
+                raw = await opened.response.read()
                 yield [self._document(raw, label)]
                 return
             decoder = SSEDecoder()
@@ -201,7 +214,7 @@ class UpstreamClient:
                 yield batch
             if failure is not None:
                 raise failure
-        except (HttpClientError, TimeoutError) as exc:
+        except HttpClientError as exc:
             raise transport_error(exc, label, answering=True) from None
         finally:
             await opened.aclose()
@@ -233,28 +246,13 @@ class UpstreamClient:
         return event
 
 
-async def _within(step: Awaitable[T], seconds: float | None, target: Target) -> T:
-    """`step` within `seconds` (None: unbounded). Running out of the target's first_byte_s is
-    said as such; of any other deadline, as a timeout."""
-    if seconds is None:
-        return await step
-    deadline = asyncio.timeout(seconds)
-    try:
-        async with deadline:
-            return await step
-    except TimeoutError:
-        if deadline.expired() and seconds == target.first_byte_s:
-            raise first_byte_timeout(target) from None
-        raise
-
-
 async def _drain(opened: UpstreamStream) -> None:
     """Read what follows `[DONE]` (normally just the end of the chunked body) so the connection
     can go back to the pool; a body that does not end soon is cut off by the close."""
     left = DRAIN_BYTES
     try:
-        async with asyncio.timeout(DRAIN_S):
-            while left > 0 and (chunk := await opened.response.chunk()) is not None:
-                left -= len(chunk)
-    except (HttpClientError, TimeoutError):
+        opened.due_in(DRAIN_S)
+        while left > 0 and (chunk := await opened.response.chunk()) is not None:
+            left -= len(chunk)
+    except HttpClientError:
         pass

@@ -306,7 +306,9 @@ async def test_a_cancelled_request_aborts_its_connection(server: Server) -> None
     assert pool._busy == set() and pool._idle == []
 
 
-async def test_a_response_left_unread_aborts_its_connection(server: Server) -> None:
+def one_chunk_then_held(server: Server) -> Handler:
+    """Answers the head and one chunk of a stream, then nothing until the client leaves."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + chunk(b"x"))
@@ -314,10 +316,111 @@ async def test_a_response_left_unread_aborts_its_connection(server: Server) -> N
         await reader.read()
         server.gone.set()
 
-    pool = use(server, handle)
+    return handle
+
+
+async def test_a_response_left_unread_aborts_its_connection(server: Server) -> None:
+    pool = use(server, one_chunk_then_held(server))
     resp = await post(pool)
     resp.close()
     async with asyncio.timeout(DEADLINE_S):
         await server.gone.wait()
     resp.close()  # a second close is nothing
     assert pool._idle == []
+
+
+# ---------------------------------------------------------------- deadlines
+
+
+def after(pool: http1.Pool, seconds: float) -> float:
+    return pool.clock() + seconds
+
+
+async def test_a_head_not_in_by_its_deadline_fails_and_aborts_the_connection(
+    server: Server,
+) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.request(reader)
+        await reader.read()  # never answers: waits for the client to leave
+        server.gone.set()
+
+    pool = use(server, handle)
+    with pytest.raises(http1.ResponseTimeout):
+        async with asyncio.timeout(DEADLINE_S):
+            await pool.request("POST", "/v1/completions", b"{}", 2.0, after(pool, 0.1))
+    async with asyncio.timeout(DEADLINE_S):
+        await server.gone.wait()  # the upstream saw the request given up
+    assert pool._busy == set() and pool._idle == []
+
+
+async def test_a_body_that_stops_coming_fails_by_its_deadline(server: Server) -> None:
+    pool = use(server, one_chunk_then_held(server))
+    resp = await post(pool)
+    resp.until(after(pool, 0.1))
+    assert await resp.chunk() == b"x"
+    with pytest.raises(http1.ResponseTimeout):
+        async with asyncio.timeout(DEADLINE_S):
+            await resp.chunk()
+    async with asyncio.timeout(DEADLINE_S):
+        await server.gone.wait()  # the connection was aborted: the upstream saw it
+    resp.close()
+    assert pool._idle == []
+
+
+async def test_a_sooner_deadline_on_a_reused_connection_holds(server: Server) -> None:
+    """The connection's timer was set for the first request's far deadline; the second's
+    sooner one moves it."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.request(reader)
+        writer.write(json_answer(b"{}"))
+        await writer.drain()
+        await server.request(reader)
+        await reader.read()  # the second is never answered
+
+    pool = use(server, handle)
+    first = await pool.request("POST", "/", b"{}", 2.0, after(pool, 60.0))
+    await whole(first)
+    with pytest.raises(http1.ResponseTimeout):
+        async with asyncio.timeout(DEADLINE_S):
+            await pool.request("POST", "/", b"{}", 2.0, after(pool, 0.1))
+    assert server.connections == 1
+
+
+async def test_a_later_deadline_outlives_the_timer_of_a_sooner_one(server: Server) -> None:
+    """The timer set for the first request's near deadline fires during the second, whose
+    deadline is later: it is set again, and the answer that comes before it is read."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.request(reader)
+        writer.write(json_answer(b'{"a":1}'))
+        await server.request(reader)
+        await asyncio.sleep(0.3)  # past the first deadline, before the second
+        writer.write(json_answer(b'{"b":2}'))
+        await reader.read()
+
+    pool = use(server, handle)
+    assert await whole(await pool.request("POST", "/", b"{}", 2.0, after(pool, 0.1))) == b'{"a":1}'
+    second = await pool.request("POST", "/", b"{}", 2.0, after(pool, DEADLINE_S))
+    assert await whole(second) == b'{"b":2}'
+    assert server.connections == 1
+
+
+async def test_a_response_all_in_is_not_failed_by_its_deadline(server: Server) -> None:
+    pool = use(server, answering(server, json_answer(b'{"a":1}'), json_answer(b"{}")))
+    resp = await pool.request("POST", "/", b"{}", 2.0, after(pool, 0.05))
+    await asyncio.sleep(0.1)  # the deadline passes with the body read in, not yet taken
+    assert await whole(resp) == b'{"a":1}'
+    assert pool._idle and not pool._idle[0].closed  # kept for the next request
+    await whole(await post(pool))
+    assert server.connections == 1
+
+
+async def test_waiting_for_a_free_connection_ends_at_the_deadline(server: Server) -> None:
+    pool = use(server, answering(server, json_answer(b"{}")), limit=1)
+    held = await post(pool)
+    with pytest.raises(http1.ResponseTimeout):
+        async with asyncio.timeout(DEADLINE_S):
+            await pool.request("POST", "/", b"{}", 2.0, after(pool, 0.1))
+    await whole(held)
+    assert pool._idle  # the slot came back with the connection
