@@ -157,6 +157,7 @@ def create_app(
             if reloader is not None:
                 await reloader.stop()  # first: it closes what swapped-out runtimes left
             await app.runtime.aclose()
+            app.runtime.metrics.flush()  # what was observed last is written (several workers)
 
     app = GatewayApp(runtime, Starlette(lifespan=lifespan))
     return app

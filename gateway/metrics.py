@@ -1,5 +1,11 @@
 """Every metric, defined once, and the one observation per request.
 
+A request's observation is added to the tally of the requests alike (the same labels) in plain
+Python, and the tallies are moved into prometheus_client's values in bulk: at once while no
+other request is in flight, else at most FLUSH_S later, and before every scrape. Nine labelled
+updates a request, each through prometheus_client's lock, measured a tenth of the gateway's CPU
+a request under load.
+
 Names follow OpenTelemetry's GenAI conventions where one exists, `gateway_*` otherwise. Labels
 are bounded config values only: the model alias (virtual-key model ids are `other`), the
 provider name, the status code, stream, the limit's scope and kind. Never a key, a user or an id.
@@ -11,6 +17,7 @@ start; each worker writes its values there and a scrape of any worker adds them 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from bisect import bisect_left
@@ -40,6 +47,7 @@ OP_CHAT = "chat"
 OTHER_MODEL = "other"
 RELOAD_RESULTS = {True: "ok", False: "error"}
 TASKS_HELP = "asyncio tasks alive in the process (single-worker mode only)."
+FLUSH_S = 0.25  # under load, how long an observation may wait to reach the registry
 
 # Seconds: a gateway adds hops, so the low end is coarser than an engine's.
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
@@ -176,6 +184,9 @@ class Metrics:
         else:
             _forget_dead_workers(Path(self.multiprocess_dir))
         self._children: dict[Hashable, Any] = {}
+        self._pending: dict[Labels, Alike] = {}  # the tallies not yet in the registry
+        self._flush_at: asyncio.TimerHandle | None = None
+        self._inflight = 0
         self.m: dict[str, Any] = {
             attr: cls(name, text, labels, registry=self.registry, **options)
             for attr, (cls, name, text, labels, options) in METRICS.items()
@@ -183,6 +194,7 @@ class Metrics:
         if self.multiprocess_dir is None:  # a callback gauge cannot be shared through files
             tasks = Gauge("gateway_event_loop_tasks", TASKS_HELP, registry=self.registry)
             tasks.set_function(_tasks)
+        self._inflight_value = self.m["inflight"]._value  # added to directly, as a handle is
 
     def _child(self, metric: str, *labels: str) -> Any:
         """labels() takes a lock and builds a key each time: cache the children (counters and
@@ -198,36 +210,78 @@ class Metrics:
     # ------------------------------------------------------------ observations
 
     def observe(self, rec: RequestRecord, end: float | None = None) -> None:
+        """The request's observation, tallied with the requests alike."""
         if not self.enabled:
             return
-        end = time.perf_counter() if end is None else end
-        stream = "true" if rec.stream else "false"
-        provider = rec.provider or "none"
-        op = rec.operation
-        self._child("requests", rec.model, provider, str(rec.status), stream, op).inc()
-        took = end - rec.start
-        self._child("request_duration", rec.model, stream, op).observe(took)
-        if not rec.provider:
-            return
-        self._child("overhead", rec.model, stream).observe(max(0.0, took - rec.upstream_s))
-        genai = (op, provider, rec.model)
-        self._child("operation", *genai, rec.error_type).observe(rec.upstream_s)
-        self._tokens(rec, genai)
-        if rec.first_token:
-            self._child("ttft", rec.model, provider).observe(rec.first_token - rec.start)
-            if rec.completion_tokens and rec.completion_tokens > 1:
-                per = (end - rec.first_token) / (rec.completion_tokens - 1)
-                self._child("tpot", rec.model, provider).observe(per)
+        took = (time.perf_counter() if end is None else end) - rec.start
+        key = (rec.model, rec.provider, rec.status, rec.stream, rec.operation, rec.error_type)
+        alike = self._pending.get(key) or self._alike(key)
+        alike.n += 1
+        alike.duration.add(took)
+        if rec.provider:
+            alike.overhead.add(max(0.0, took - rec.upstream_s))
+            alike.upstream.add(rec.upstream_s)
+            if rec.prompt_tokens is not None:
+                alike.tokens_in.add(rec.prompt_tokens)
+            if rec.completion_tokens is not None:
+                alike.tokens_out.add(rec.completion_tokens)
+            if rec.first_token:
+                alike.ttft.add(rec.first_token - rec.start)
+                if rec.completion_tokens and rec.completion_tokens > 1:
+                    alike.tpot.add(
+                        (took - rec.first_token + rec.start) / (rec.completion_tokens - 1)
+                    )
+        self._flush_due()
 
-    def _tokens(self, rec: RequestRecord, genai: tuple[str, str, str]) -> None:
-        for kind, n in (("input", rec.prompt_tokens), ("output", rec.completion_tokens)):
-            if n is not None:
-                self._child("token_usage", *genai, kind).observe(n)
-                self._child("tokens", rec.model, genai[1], kind).inc(n)
+    def _alike(self, key: Labels) -> Alike:
+        alike = self._pending[key] = Alike()
+        return alike
+
+    def _flush_due(self) -> None:
+        """Now while no request is in flight (what was observed is in the registry when its
+        caller can look); else once FLUSH_S from the first observation waiting."""
+        if not self._inflight:
+            self.flush()
+        elif self._flush_at is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.flush()
+                return
+            self._flush_at = loop.call_later(FLUSH_S, self.flush)
+
+    def flush(self) -> None:
+        """The tallies into the registry's values."""
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+            self._flush_at = None
+        pending, self._pending = self._pending, {}
+        for key, alike in pending.items():
+            self._move(key, alike)
+
+    def _move(self, key: Labels, alike: Alike) -> None:
+        model, provider, status, streamed, op, error_type = key
+        stream = "true" if streamed else "false"
+        self._child("requests", model, provider or "none", str(status), stream, op).inc(alike.n)
+        alike.duration.into(self._child("request_duration", model, stream, op))
+        if not provider:
+            return
+        alike.overhead.into(self._child("overhead", model, stream))
+        genai = (op, provider, model)
+        alike.upstream.into(self._child("operation", *genai, error_type))
+        for kind, tokens in (("input", alike.tokens_in), ("output", alike.tokens_out)):
+            if tokens.n:
+                tokens.into(self._child("token_usage", *genai, kind))
+                self._child("tokens", model, provider, kind).inc(tokens.sum)
+        if alike.ttft.n:
+            alike.ttft.into(self._child("ttft", model, provider))
+        if alike.tpot.n:
+            alike.tpot.into(self._child("tpot", model, provider))
 
     def inflight_add(self, n: int) -> None:
         if self.enabled:
-            self.m["inflight"].inc(n)
+            self._inflight += n
+            self._inflight_value.inc(n)
 
     def attempt(self, provider: str, error_kind: str | None) -> None:
         if not self.enabled:
@@ -318,11 +372,53 @@ class Metrics:
     # ------------------------------------------------------------ exposition
 
     def render(self) -> tuple[bytes, str]:
+        self.flush()
         if self.multiprocess_dir is None:
             return generate_latest(self.registry), CONTENT_TYPE_LATEST
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
         return generate_latest(merged), CONTENT_TYPE_LATEST
+
+
+# A request's labels: model, provider ("" if none was reached), status, stream, operation and
+# error type.
+Labels = tuple[str, str, int, bool, str, str]
+
+
+class Bins:
+    """A histogram's observations not yet in the registry: a count per bucket, their sum."""
+
+    __slots__ = ("bounds", "counts", "n", "sum")
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.bounds = [*buckets, math.inf]
+        self.counts = [0] * len(self.bounds)
+        self.n = 0
+        self.sum = 0.0
+
+    def add(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.n += 1
+        self.sum += value
+
+    def into(self, handle: HistogramHandle) -> None:
+        handle.add(self.counts, self.sum)
+
+
+class Alike:
+    """The tally of requests alike (the same labels) since the registry last had them."""
+
+    __slots__ = ("duration", "n", "overhead", "tokens_in", "tokens_out", "tpot", "ttft", "upstream")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.duration = Bins(DURATION_BUCKETS)
+        self.overhead = Bins(OVERHEAD_BUCKETS)
+        self.upstream = Bins(DURATION_BUCKETS)  # gen_ai's operation duration
+        self.tokens_in = Bins(TOKEN_BUCKETS)
+        self.tokens_out = Bins(TOKEN_BUCKETS)
+        self.ttft = Bins(TTFT_BUCKETS)
+        self.tpot = Bins(TPOT_BUCKETS)
 
 
 class CounterHandle:
@@ -355,6 +451,13 @@ class HistogramHandle:
     def observe(self, value: float) -> None:
         self._sum.inc(value)
         self._buckets[bisect_left(self._bounds, value)].inc(1)
+
+    def add(self, counts: list[int], total: float) -> None:
+        """Observations counted by bucket (Bins), with their sum."""
+        for bucket, count in zip(self._buckets, counts, strict=True):
+            if count:
+                bucket.inc(count)
+        self._sum.inc(total)
 
 
 HANDLES: dict[type[Any], Callable[[Any], Any]] = {
