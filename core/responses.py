@@ -17,12 +17,15 @@ legacy logprobs, stop strings excluded, usage as OpenAI counts it. The gateway t
   stream's first delta of the choice) and `token_ids`. Written in vLLM's shape
   (gateway/shapes.py), they are on every answer, null when not set: the types say so.
 * `Embeddings`: one embedding per input, in input order, each in the request's
-  `encoding_format`: a list of floats, or OpenAI's base64 of little-endian float32 values.
+  `encoding_format`: a list of floats, or OpenAI's base64 of little-endian float32 values. A
+  list of floats may be relayed as the upstream wrote it: its JSON, an orjson.Fragment.
 """
 
 from __future__ import annotations
 
 from typing import NotRequired, Required, TypedDict
+
+from orjson import Fragment
 
 
 class Logprobs(TypedDict):
@@ -86,7 +89,7 @@ class EmbeddingUsage(TypedDict):
 
 
 class Embeddings(TypedDict):
-    data: list[list[float]] | list[str]
+    data: list[list[float] | Fragment] | list[str]
     usage: EmbeddingUsage
 
 

@@ -31,7 +31,7 @@ from .client import UpstreamClient
 from .context import ContextGuard
 from .dialects import DIALECTS, DialectSpec
 from .embeddings import RULES as EMBEDDING_RULES
-from .embeddings import answer
+from .embeddings import Arrays, answer
 from .emulate import completion_room, select_best
 from .normalize import Normalization, StreamNormalizer, choices, extras_for, finish
 from .settings import Settings, parse_settings
@@ -245,8 +245,18 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
     async def embed(self, prepared: Prepared[UpstreamEmbedding]) -> Embeddings:
         plan = prepared.state
         target = prepared.target
-        body = await self._client.call_json("POST", self._embeddings_url, plan.payload, target)
-        return answer(body, plan.count, plan.encoding, target.label)
+        url = self._embeddings_url
+        if plan.encoding != "float":
+            body = await self._client.call_json("POST", url, plan.payload, target)
+            return answer(body, plan.count, plan.encoding, target.label)
+        raw = await self._client.call_raw("POST", url, plan.payload, target)
+        arrays = Arrays(raw)
+        try:
+            skeleton = self._client.document(arrays.skeleton, target.label)
+        except GatewayError:  # an error answer: in its own words, arrays and all
+            self._client.document(raw, target.label)
+            raise
+        return answer(skeleton, plan.count, plan.encoding, target.label, arrays)
 
     async def complete(self, prepared: Prepared[UpstreamCompletion]) -> Completion:
         plan = prepared.state

@@ -133,6 +133,10 @@ class UpstreamClient:
     async def call_json(self, method: str, url: str, payload: bytes | None, target: Target) -> Json:
         """One JSON call to `url` (an address of this same upstream, never a caller's), its
         whole answer within the target's timeout_s."""
+        return self.document(await self.call_raw(method, url, payload, target), target.label)
+
+    async def call_raw(self, method: str, url: str, payload: bytes | None, target: Target) -> bytes:
+        """As `call_json`, the answer's body as it came (a 2xx's: any other is an error)."""
         label = target.label
         try:
             resp, end = await self._sent(method, url, target, payload)
@@ -146,9 +150,10 @@ class UpstreamClient:
         if not 200 <= resp.status < 300:
             detail = parse_body(raw[:MAX_ERROR_BODY])
             raise upstream_error(resp.status, detail, resp.headers, label, self._secret)
-        return self._document(raw, label)
+        return raw
 
-    def _document(self, raw: bytes, label: str) -> Json:
+    def document(self, raw: bytes, label: str) -> Json:
+        """A 2xx answer's JSON object; an error object is the upstream's error."""
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -197,7 +202,7 @@ class UpstreamClient:
                 # that of a (single, complete) stream chunk.
                 opened.due_in(target.timeout_s)
                 raw = await opened.response.read()
-                yield [self._document(raw, label)]
+                yield [self.document(raw, label)]
                 return
             decoder = SSEDecoder()
             while (chunk := await opened.next_chunk(target.timeout_s)) is not None:

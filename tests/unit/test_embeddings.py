@@ -233,3 +233,65 @@ def test_bad_upstream_answers_are_upstream_errors(body: dict[str, Any]) -> None:
 
     with pytest.raises(UpstreamError):
         answer(body, 2, "float", "t")
+
+
+# ---------------------------------------------------------------- floats relayed as written
+
+RELAYED_BODIES = [
+    # in order, OpenAI's own layout
+    b'{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.5,-2,1e-3]},'
+    b'{"object":"embedding","index":1,"embedding":[1.25E+2,0]}],"model":"m",'
+    b'"usage":{"prompt_tokens":3,"total_tokens":3}}',
+    # out of order, pretty-printed, an empty embedding
+    b'{\n  "data": [\n    {"index": 1, "embedding": [\n      0.1,\n      0.2\n    ]},\n'
+    b'    {"index": 0, "embedding": []}\n  ],\n  "usage": {"prompt_tokens": 2}\n}',
+    # one in base64 (decoded), arrays of numbers inside strings (kept as they were)
+    b'{"model":"x[1,2]","data":[{"index":0,"embedding":"AACAPwAAAEA="},'
+    b'{"index":1,"embedding":[3.5]}],"note":"[7]"}',
+]
+
+
+@pytest.mark.parametrize("raw", RELAYED_BODIES)
+def test_floats_relayed_as_written_are_the_floats_parsed(raw: bytes) -> None:
+    import orjson
+
+    from providers.openai_compat.embeddings import Arrays, answer
+
+    arrays = Arrays(raw)
+    relayed = answer(orjson.loads(arrays.skeleton), 2, "float", "t", arrays)
+    parsed = answer(orjson.loads(raw), 2, "float", "t")
+    assert relayed["usage"] == parsed["usage"]
+    as_sent = orjson.dumps(document(relayed["data"], relayed["usage"], "e"))
+    assert orjson.loads(as_sent) == document(parsed["data"], parsed["usage"], "e")
+    assert any(isinstance(v, orjson.Fragment) for v in relayed["data"])
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"data":[{"index":0,"embedding":[NaN]},{"index":1,"embedding":[1]}]}',
+        b'{"data":[{"index":0,"embedding":[1,null]},{"index":1,"embedding":[1]}]}',
+        b'{"data":[{"index":0,"embedding":[[1],"2"]},{"index":1,"embedding":[1]}]}',
+        b'{"data":[{"index":0,"embedding":[1]}]}',  # one of two
+        b'{"data":[{"index":0,"embedding":[1]},{"index":0,"embedding":[2]}]}',
+        b'{"data":[{"index":0,"embedding":3},{"index":1,"embedding":[2]}]}',  # a bare number
+    ],
+)
+def test_answers_not_relayed_are_refused_as_before(raw: bytes) -> None:
+    import orjson
+
+    from core.errors import UpstreamError
+    from providers.openai_compat.embeddings import Arrays, answer
+
+    arrays = Arrays(raw)
+    with pytest.raises((UpstreamError, orjson.JSONDecodeError)):
+        answer(orjson.loads(arrays.skeleton), 2, "float", "t", arrays)
+
+
+def test_only_arrays_of_numbers_are_cut_out() -> None:
+    from providers.openai_compat.embeddings import Arrays
+
+    raw = b'{"a":[1,[2,3]],"b":["x"],"c":[4, 5],"d":[{"e":[6]}],"f":"[7"}'
+    skeleton = Arrays(raw).skeleton
+    assert b"[2,3]" not in skeleton and b"[4, 5]" not in skeleton and b"[6]" not in skeleton
+    assert b'["x"]' in skeleton and b'"[7"' in skeleton and b'"a":[1,' in skeleton
