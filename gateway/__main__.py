@@ -168,8 +168,8 @@ def _uvicorn_options(
 
 
 def _http_protocol(name: str) -> Any:
-    """The gateway's protocol class (gateway.protocol: uvicorn's, its writes gathered), or
-    uvicorn's own."""
+    """The gateway's protocol class (gateway.protocol: httptools under uvicorn, leaner than
+    uvicorn's own, its writes gathered), or uvicorn's own."""
     if name == "uvicorn":
         return "httptools"
     from gateway.protocol import GatewayHttpProtocol
