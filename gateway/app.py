@@ -55,6 +55,7 @@ class GatewayApp:
     def __init__(self, runtime: Runtime, lifespan: Starlette) -> None:
         self.state: State = lifespan.state
         self.state.runtime = runtime
+        self._runtime = runtime  # read per request (a State's attribute is a dict lookup call)
         self.ids = Ids()
         self._lifespan = lifespan
         self._exact = {path: Endpoint(fn, methods) for path, (fn, methods) in EXACT.items()}
@@ -74,7 +75,7 @@ class GatewayApp:
         trace = headers.get("x-portkey-trace-id")
         if trace and _SAFE_ID.fullmatch(trace):
             echo.append((b"x-portkey-trace-id", trace.encode()))
-        runtime: Runtime = self.state.runtime
+        runtime = self._runtime
         path: str = scope["path"]
         inbound = Inbound(
             runtime,
@@ -104,12 +105,11 @@ class GatewayApp:
     @property
     def runtime(self) -> Runtime:
         """The runtime new requests get."""
-        runtime: Runtime = self.state.runtime
-        return runtime
+        return self._runtime
 
     def swap(self, runtime: Runtime) -> None:
-        """One assignment: requests from here on get `runtime`; those under way keep theirs."""
-        self.state.runtime = runtime
+        """Requests from here on get `runtime`; those under way keep theirs."""
+        self._runtime = self.state.runtime = runtime
 
 
 # Collections of the youngest generation every 700 allocations cost a server ~20 µs a request;

@@ -30,7 +30,7 @@ def header_map(scope: Scope) -> dict[str, str]:
 
 async def read_body(headers: dict[str, str], receive: Receive, limit: int) -> bytes:
     ctype = headers.get("content-type")
-    if ctype is not None and ctype.split(";", 1)[0].strip().lower() != "application/json":
+    if ctype not in (None, "application/json") and _media_type(ctype) != "application/json":
         raise UnsupportedMediaType(
             f"Content-Type must be application/json, got '{ctype[:60]}'.", param="content-type"
         )
@@ -50,6 +50,10 @@ async def read_body(headers: dict[str, str], receive: Receive, limit: int) -> by
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
 
 
 def _too_large(limit: int) -> PayloadTooLarge:

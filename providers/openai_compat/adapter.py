@@ -46,7 +46,7 @@ CHAT_SELF_SET = ("model", "stream")
 Event = TypeVar("Event")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per request: a frozen one takes 4x as long to build
 class UpstreamCompletion:
     """A completion mapped for one target: `Prepared.state`."""
 
@@ -59,7 +59,7 @@ class UpstreamCompletion:
     request: CompletionRequest  # as validated: best_of's ranking and the context check read it
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per request: a frozen one takes 4x as long to build
 class UpstreamChat:
     """A chat completion mapped for one target: `Prepared.state`."""
 
@@ -71,7 +71,7 @@ class UpstreamChat:
     request: ChatRequest
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per request: a frozen one takes 4x as long to build
 class UpstreamEmbedding:
     """An embeddings request mapped for one target: `Prepared.state`."""
 
