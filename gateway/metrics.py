@@ -194,7 +194,13 @@ class Metrics:
         if self.multiprocess_dir is None:  # a callback gauge cannot be shared through files
             tasks = Gauge("gateway_event_loop_tasks", TASKS_HELP, registry=self.registry)
             tasks.set_function(_tasks)
-        self._inflight_value = self.m["inflight"]._value  # added to directly, as a handle is
+        inflight = self.m["inflight"]
+        if self.multiprocess_dir is None:  # read when scraped
+            inflight.set_function(lambda: float(self._inflight))
+            self._inflight_value = None
+        else:  # each worker's in its file, added to directly, as a handle is
+            self._inflight_value = inflight._value
+        self._ok: dict[str, int] = {}  # successful attempts by provider, not yet in the registry
 
     def _child(self, metric: str, *labels: str) -> Any:
         """labels() takes a lock and builds a key each time: cache the children (counters and
@@ -258,6 +264,9 @@ class Metrics:
         pending, self._pending = self._pending, {}
         for key, alike in pending.items():
             self._move(key, alike)
+        ok, self._ok = self._ok, {}
+        for provider, count in ok.items():
+            self._child("attempts", provider, "ok").inc(count)
 
     def _move(self, key: Labels, alike: Alike) -> None:
         model, provider, status, streamed, op, error_type = key
@@ -281,14 +290,17 @@ class Metrics:
     def inflight_add(self, n: int) -> None:
         if self.enabled:
             self._inflight += n
-            self._inflight_value.inc(n)
+            if self._inflight_value is not None:
+                self._inflight_value.inc(n)
 
     def attempt(self, provider: str, error_kind: str | None) -> None:
         if not self.enabled:
             return
-        self._child("attempts", provider, "ok" if error_kind is None else "error").inc()
-        if error_kind is not None:
-            self._child("upstream_errors", provider, error_kind).inc()
+        if error_kind is None:  # every request's: tallied, as observations are
+            self._ok[provider] = self._ok.get(provider, 0) + 1
+            return
+        self._child("attempts", provider, "error").inc()
+        self._child("upstream_errors", provider, error_kind).inc()
 
     def skipped(self, provider: str) -> None:
         if self.enabled:

@@ -87,6 +87,7 @@ class Setup:
 
     def count(self, provider: str, outcome: str) -> float:
         labels = {"provider": provider, "outcome": outcome}
+        self.metrics.flush()  # as a scrape does
         value = self.metrics.registry.get_sample_value("gateway_upstream_attempts_total", labels)
         return value or 0.0
 
