@@ -41,6 +41,7 @@ from gateway.http import WATCH, DisconnectWatch, Message
 HEADER_NAME_BAD = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
 HEADER_VALUE_BAD = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
 HIGH_WATER = 65536  # bytes of a request body buffered before reading pauses
+COPY_LIMIT = 65536  # writes this long and longer leave as they are, not copied into one
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
@@ -316,8 +317,14 @@ class GatewayHttpProtocol(asyncio.Protocol):
     def _flush(self) -> None:
         held, self.held = self.held, []
         transport = self.transport
-        if held and transport is not None and not transport.is_closing():
-            transport.write(held[0] if len(held) == 1 else b"".join(held))
+        if not held or transport is None or transport.is_closing():
+            return
+        if len(held) == 1:
+            transport.write(held[0])
+        elif sum(map(len, held)) < COPY_LIMIT:
+            transport.write(b"".join(held))
+        else:  # one system call all the same (writev), without copying a large body
+            transport.writelines(held)
 
     def close(self) -> None:
         """Close once what was written has left."""
@@ -524,8 +531,12 @@ class Cycle:
                 raise RuntimeError("Response content longer than Content-Length")
             self.left -= len(body)
             out = body
-        if self.head:
-            out, self.head = self.head + out, b""
+        if self.head:  # with its body, in one write
+            if len(out) < COPY_LIMIT:
+                out = self.head + out
+            else:
+                conn.hold(self.head)
+            self.head = b""
         if out:
             conn.write(out)
         if not more:

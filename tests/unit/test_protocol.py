@@ -34,11 +34,16 @@ class Recorder:
 
     def __init__(self) -> None:
         self.writes: list[bytes] = []
+        self.lines: list[list[bytes]] = []  # writelines' calls, each one system call
         self.closed = self.reading_paused = False
 
     def write(self, data: bytes) -> None:
         assert not self.closed, "a write after the close"
         self.writes.append(data)
+
+    def writelines(self, lines: list[bytes]) -> None:
+        assert not self.closed, "a write after the close"
+        self.lines.append(list(lines))
 
     def is_closing(self) -> bool:
         return self.closed
@@ -109,6 +114,16 @@ async def test_a_head_and_its_body_leave_as_one_at_once() -> None:
     assert real.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
     assert real.writes[0].endswith(b'content-length: 7\r\n\r\n{"a":1}')
     assert not real.closed
+
+
+async def test_a_large_body_leaves_with_its_head_uncopied() -> None:
+    body = b"x" * (1 << 20)
+    conn, real = connect(answering(body))
+    conn.data_received(GET)
+    await settle()
+    assert real.writes == [] and len(real.lines) == 1
+    head, sent = real.lines[0]
+    assert head.endswith(b"content-length: 1048576\r\n\r\n") and sent is body
 
 
 async def test_a_streams_head_leaves_by_the_turns_end_and_idle_events_at_once() -> None:
