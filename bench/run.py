@@ -11,7 +11,7 @@ for each scenario it runs a warm-up and a measured wrk run against each target:
     streaming   8 connections, 64-chunk SSE streams: requests/s and p50
     embeddings  8 connections, 16 inputs a request, 1536-dimension answers in base64 (the openai
                 SDK's default, passed through from an `openai` upstream): requests/s and p50
-    embeddings-float  the same with floats (each array checked to hold numbers and relayed as written)
+    embeddings-float  the same with floats (each array checked to hold numbers, relayed as written)
     chat        32 connections, POST /v1/chat/completions: requests/s and the ratio to direct
     chat-streaming   8 connections, 64-chunk chat streams: requests/s and p50
 

@@ -232,7 +232,7 @@ class GatewayHttpProtocol(asyncio.Protocol):
             self.logger.warning("Exceeded concurrency limit.")
             app = _unavailable
         task = self.loop.create_task(cycle.run(app))
-        cycle.task = task
+        cycle.task = cycle.scope["extensions"][WATCH].task = task
         self.tasks.add(task)
 
     def response_done(self) -> None:

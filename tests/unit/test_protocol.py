@@ -164,13 +164,13 @@ async def test_the_scope_and_the_body_as_asgi_gives_them() -> None:
     seen: list[Any] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        seen.extend([scope, await receive()])
+        seen.extend([scope, await receive(), asyncio.current_task()])
         await answering()(scope, receive, send)
 
     conn, _ = connect(app)
     conn.data_received(post(b'{"x":1}', b"content-type: application/json\r\n"))
     await settle()
-    scope, message = seen
+    scope, message, task = seen
     assert (scope["method"], scope["path"], scope["query_string"]) == (
         "POST",
         "/v1/completions",
@@ -179,6 +179,7 @@ async def test_the_scope_and_the_body_as_asgi_gives_them() -> None:
     assert (b"content-type", b"application/json") in scope["headers"]
     assert scope["client"] == ("127.0.0.1", 5000) and scope["http_version"] == "1.1"
     assert isinstance(scope["extensions"][WATCH], DisconnectWatch)
+    assert scope["extensions"][WATCH].task is task  # the request's task, for until_disconnect
     assert message == {"type": "http.request", "body": b'{"x":1}', "more_body": False}
 
 
