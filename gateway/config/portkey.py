@@ -97,7 +97,8 @@ def _timed(node: Node, seconds: float) -> Node:
     return replace(node, children=tuple(_timed(c, seconds) for c in node.children))
 
 
-HEADERS = ("x-portkey-config", "x-portkey-request-timeout")
+CONFIG_HEADER, TIMEOUT_HEADER = "x-portkey-config", "x-portkey-request-timeout"
+HEADERS = (CONFIG_HEADER, TIMEOUT_HEADER)
 
 
 def from_headers(
@@ -105,7 +106,7 @@ def from_headers(
 ) -> PortkeyConfig | None:
     """The request's Portkey config (x-portkey-config, x-portkey-request-timeout), if any; a
     400 naming the field that is wrong."""
-    raw, timeout = (headers.get(name) for name in HEADERS)
+    raw, timeout = headers.get(CONFIG_HEADER), headers.get(TIMEOUT_HEADER)
     if raw is None and timeout is None:
         return None
     try:

@@ -39,6 +39,7 @@ EXTRAS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "prompt_logprobs": ("prompt_logprobs",),
     }
 )
+PLAIN_EXTRAS = ("stop_reason",)
 # Fireworks `error`, vLLM `abort`: the choice did not complete; its text cannot be trusted.
 FAILED = frozenset({"error", "abort", "cancelled"})
 
@@ -70,6 +71,8 @@ class Normalization:
 def extras_for(fields: Mapping[str, Any]) -> tuple[str, ...]:
     """The per-choice extras a request asks for; echo with logprobs asks vLLM for the prompt's
     logprobs, and its server shows them."""
+    if fields.keys().isdisjoint(EXTRAS) and not fields.get("echo"):
+        return PLAIN_EXTRAS  # what nearly every request asks
     keys = ["stop_reason"]
     for field, answers in EXTRAS.items():
         value = fields.get(field)
