@@ -8,11 +8,15 @@ call off a request it sent, so an upstream would go on generating for a caller w
 is left to write is small: httptools (the parser uvicorn uses) reads the responses, the
 standard library's ssl and asyncio carry the bytes.
 
-A request is one write (head and body together); its response is read by the connection's
-protocol as it arrives: the head, then the body whole (`read`) or as it comes (`chunk`, which
-returns everything that has arrived, so a stream is read in as few steps as the network
-allows). A request cancelled under way aborts its connection, so the upstream sees the caller
-leave; a response read to its end gives its connection back to the pool, any other is closed.
+A request is one write (head and body together), held to the end of the event loop's turn: the
+requests of a turn then leave one after the other, after all its work. Writing each as it came
+cost more under load, measured with the bench (about 10 µs of CPU a request more for the
+gateway, and for the upstream too): each write would wake the upstream on its own, between
+stretches of Python. Its response is read by the connection's protocol as it arrives: the head,
+then the body whole (`read`) or as it comes (`chunk`, which returns everything that has arrived,
+so a stream is read in as few steps as the network allows). A request cancelled under way aborts
+its connection, so the upstream sees the caller leave; a response read to its end gives its
+connection back to the pool, any other is closed.
 
 Deadlines are the connection's (`Connection.until`): what is awaited next (the head, the body,
 a stream's next part) must come by the time the caller set, or the response fails with
@@ -277,9 +281,9 @@ class Connection(asyncio.Protocol):
         assert self._transport is not None
         self._head = self._loop.create_future()
         try:
-            self._transport.write(head + body if len(body) < 65536 else head)
+            self._pool.post(self._transport, head + body if len(body) < 65536 else head)
             if len(body) >= 65536:
-                self._transport.write(body)
+                self._pool.post(self._transport, body)
             return await self._head
         except BaseException:
             self.abort()
@@ -382,6 +386,7 @@ class Pool:
         fixed = {**announced, **{k.lower(): v for k, v in headers.items()}}
         self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items()).encode("latin-1")
         self._closed = False
+        self._outbox: list[tuple[asyncio.Transport, bytes]] = []  # writes held to the turn's end
 
     async def request(
         self, method: str, path: str, body: bytes, connect_s: float, deadline: float = math.inf
@@ -401,6 +406,18 @@ class Pool:
         self._busy.add(conn)  # its slot is given back with it (or when it is aborted)
         conn.until(deadline)
         return await conn.exchange(head, body)
+
+    def post(self, transport: asyncio.Transport, data: bytes) -> None:
+        """`data` written at the end of the loop's turn, with the turn's other requests."""
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._send)
+        self._outbox.append((transport, data))
+
+    def _send(self) -> None:
+        outbox, self._outbox = self._outbox, []
+        for transport, data in outbox:
+            if not transport.is_closing():  # aborted meanwhile (its request was called off)
+                transport.write(data)
 
     async def _slot(self, deadline: float) -> None:
         """A connection's slot: at once while one is free, else waited for until `deadline`."""

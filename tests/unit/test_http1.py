@@ -2,7 +2,7 @@
 exactly what each test scripts, byte for byte: keep-alive reuse, bodies by length, chunks or
 the connection's end, compression, streaming as bytes arrive, backpressure, the pool's limit
 and idle expiry, and every way a connection can fail (refused, closed before the answer, cut
-mid-body, not HTTP, cancelled by the caller)."""
+mid-body, not HTTP, cancelled by the caller), and the requests of a turn held to its end."""
 
 from __future__ import annotations
 
@@ -287,6 +287,32 @@ async def test_an_answer_that_is_not_http(server: Server) -> None:
     pool = use(server, answering(server, b"SSH-2.0-OpenSSH_9.2\r\n\r\n"))
     with pytest.raises(http1.ResponseIncomplete):
         await post(pool)
+
+
+async def test_the_requests_of_a_turn_leave_at_its_end(server: Server) -> None:
+    pool = use(server, answering(server, *(json_answer(b"{}") for _ in range(2))))
+    assert await whole(await post(pool)) == b"{}"  # a connection to reuse: no connect to await
+    second = asyncio.create_task(post(pool))
+    await asyncio.sleep(0)  # its request is made, and held until the turn ends
+    assert len(pool._outbox) == 1 and server.heads == [server.heads[0]]
+    assert await whole(await second) == b"{}"
+    assert pool._outbox == [] and len(server.heads) == 2
+
+
+async def test_a_request_whose_connection_ends_before_the_turn_does_is_not_sent(
+    server: Server,
+) -> None:
+    pool = use(server, answering(server, json_answer(b"{}"), json_answer(b"{}")))
+    assert await whole(await post(pool)) == b"{}"
+    second = asyncio.create_task(post(pool))
+    await asyncio.sleep(0)
+    (conn,) = pool._busy
+    conn.abort()  # before the turn's writes leave
+    with pytest.raises(http1.ConnectionClosed):
+        await second
+    async with asyncio.timeout(DEADLINE_S):
+        await server.gone.wait()  # the connection ended with no second request on it
+    assert len(server.heads) == 1
 
 
 async def test_a_cancelled_request_aborts_its_connection(server: Server) -> None:
