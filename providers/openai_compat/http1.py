@@ -47,6 +47,8 @@ import httptools
 READ_HIGH = 256 * 1024  # bytes buffered before the connection stops reading (backpressure)
 READ_LOW = 64 * 1024
 DECODED = frozenset({"gzip", "deflate"})  # content encodings read (and announced)
+# The headers that say how a response's body is framed, read by the connection itself.
+FRAMING = frozenset({b"content-encoding", b"transfer-encoding", b"content-length"})
 
 
 class HttpClientError(Exception):
@@ -102,12 +104,21 @@ class Origin:
 class Response:
     """A response whose head has arrived; its body is read from the connection as it comes."""
 
-    __slots__ = ("_conn", "headers", "status")
+    __slots__ = ("_conn", "_headers", "_raw", "status")
 
-    def __init__(self, conn: Connection, status: int, headers: dict[str, str]) -> None:
+    def __init__(self, conn: Connection, status: int, raw: list[tuple[bytes, bytes]]) -> None:
         self._conn: Connection | None = conn
         self.status = status
-        self.headers = headers  # lower-cased names; repeated ones joined by ", "
+        self._raw = raw
+        self._headers: dict[str, str] | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Lower-cased names; repeated ones joined by ", ". Decoded when first asked for: a
+        JSON answer's are not read unless it is an error."""
+        if self._headers is None:
+            self._headers = _decoded(self._raw)
+        return self._headers
 
     @property
     def content_type(self) -> str:
@@ -127,6 +138,9 @@ class Response:
 
     async def read(self, limit: int | None = None) -> bytes:
         """The body to its end, or its first `limit` bytes (the rest is not waited for)."""
+        conn = self._conn
+        if limit is None and conn is not None and conn.all_in():
+            return conn.take()  # the usual JSON answer: in whole by the time its head is read
         parts: list[bytes] = []
         size = 0
         while limit is None or size < limit:
@@ -157,7 +171,7 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._head: asyncio.Future[Response] | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._status_headers: dict[str, str] = {}
+        self._raw_headers: list[tuple[bytes, bytes]] = []
         self._body: deque[bytes] = deque()
         self._buffered = 0
         self._paused = False
@@ -207,21 +221,22 @@ class Connection(asyncio.Protocol):
     # ---------------------------------------------------------------- httptools callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        known = self._status_headers.get(key)
-        self._status_headers[key] = text if known is None else f"{known}, {text}"
+        self._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        headers = self._status_headers
-        encoding = headers.get("content-encoding", "").strip().lower()
-        if encoding in DECODED:
-            self._decoder = zlib.decompressobj(wbits=47 if encoding == "gzip" else 15)
-        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        self._until_eof = not chunked and "content-length" not in headers
+        raw = self._raw_headers
+        framing = {name.lower(): value for name, value in raw if name.lower() in FRAMING}
+        if framing:  # else: a body to the connection's end, neither encoded nor chunked
+            encoding = framing.get(b"content-encoding", b"").strip().lower().decode("latin-1")
+            if encoding in DECODED:
+                self._decoder = zlib.decompressobj(wbits=47 if encoding == "gzip" else 15)
+            chunked = b"chunked" in framing.get(b"transfer-encoding", b"").lower()
+            self._until_eof = not chunked and b"content-length" not in framing
+        else:
+            self._until_eof = True
         head = self._head
         if head is not None and not head.done():
-            head.set_result(Response(self, self._parser.get_status_code(), headers))
+            head.set_result(Response(self, self._parser.get_status_code(), raw))
 
     def on_body(self, body: bytes) -> None:
         if self._decoder is not None:
@@ -289,6 +304,23 @@ class Connection(asyncio.Protocol):
             self.abort()
             raise
 
+    def all_in(self) -> bool:
+        """The whole body has arrived (and nothing went wrong): `take` returns it."""
+        return self._complete and self._error is None
+
+    def take(self) -> bytes:
+        """What of the body has arrived, at once (all of it, once `all_in`)."""
+        if len(self._body) == 1:
+            data = self._body.popleft()
+        else:
+            data = b"".join(self._body)
+            self._body.clear()
+        self._buffered = 0
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        return data
+
     async def body_chunk(self) -> bytes | None:
         while not self._body:
             if self._complete:
@@ -303,16 +335,7 @@ class Connection(asyncio.Protocol):
                 raise
             finally:
                 self._waiter = None
-        if len(self._body) == 1:
-            data = self._body.popleft()
-        else:
-            data = b"".join(self._body)
-            self._body.clear()
-        self._buffered = 0
-        if self._paused and self._transport is not None:
-            self._paused = False
-            self._transport.resume_reading()
-        return data
+        return self.take()
 
     def release(self) -> None:
         reusable = self._complete and self._keep_alive and not self.closed and self._error is None
@@ -333,9 +356,9 @@ class Connection(asyncio.Protocol):
     # ---------------------------------------------------------------- state
 
     def _reset(self) -> None:
-        self._parser = httptools.HttpResponseParser(self)
+        # The parser stays: it reads the next response of the connection as it read this one.
         self._head = None
-        self._status_headers = {}
+        self._raw_headers = []
         self._body.clear()
         self._buffered = 0
         self._decoder = None
@@ -359,6 +382,15 @@ class Connection(asyncio.Protocol):
             waiter.set_result(None)
 
 
+def _decoded(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        known = headers.get(key)
+        headers[key] = text if known is None else f"{known}, {text}"
+    return headers
+
+
 def _why(exc: OSError) -> str:
     """Why a connection failed, in the system's words ("Connection refused")."""
     if isinstance(exc, ssl.SSLError):
@@ -370,6 +402,42 @@ def _why(exc: OSError) -> str:
     return str(exc) or type(exc).__name__
 
 
+class Slots:
+    """The pool's connections in use, at most `limit`: a request beyond that waits for one to
+    come back, first come first served. asyncio.Semaphore's, without a coroutine to await when
+    one is free (every request takes one)."""
+
+    def __init__(self, limit: int) -> None:
+        self._free = limit
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    def take(self) -> bool:
+        """A slot at once, if one is free and nobody waits for one."""
+        if self._free and not self._waiting:
+            self._free -= 1
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """A slot, once one comes back for this waiter."""
+        handed = asyncio.get_running_loop().create_future()
+        self._waiting.append(handed)
+        try:
+            await handed
+        except BaseException:
+            if handed.done() and not handed.cancelled():
+                self.give()  # given one as it was called off: the next waiter's
+            raise
+
+    def give(self) -> None:
+        while self._waiting:
+            handed = self._waiting.popleft()
+            if not handed.done():  # not called off
+                handed.set_result(None)
+                return
+        self._free += 1
+
+
 class Pool:
     """Keep-alive connections to one origin, at most `limit` in use at once (a request waits
     for one beyond that), idle ones closed after `idle_s`."""
@@ -379,7 +447,7 @@ class Pool:
         self.clock = asyncio.get_running_loop().time  # the time deadlines are given in
         self._idle: list[Connection] = []
         self._busy: set[Connection] = set()
-        self._slots = asyncio.Semaphore(limit)
+        self._slots = Slots(limit)
         self._idle_s = idle_s
         self._ssl = ssl.create_default_context() if self.origin.scheme == "https" else None
         announced = {"host": self.origin.authority, "accept-encoding": ", ".join(sorted(DECODED))}
@@ -397,11 +465,12 @@ class Pool:
         head = b"%s %s HTTP/1.1\r\n%scontent-length: %d\r\n\r\n" % (
             method.encode(), path.encode(), self._fixed, len(body),
         )  # fmt: skip
-        await self._slot(deadline)
+        if not self._slots.take():
+            await self._slot(deadline)
         try:
             conn = self._reuse() or await self._connect(connect_s)
         except BaseException:
-            self._slots.release()
+            self._slots.give()
             raise
         self._busy.add(conn)  # its slot is given back with it (or when it is aborted)
         conn.until(deadline)
@@ -420,13 +489,10 @@ class Pool:
                 transport.write(data)
 
     async def _slot(self, deadline: float) -> None:
-        """A connection's slot: at once while one is free, else waited for until `deadline`."""
-        if not self._slots.locked():
-            await self._slots.acquire()  # returns at once
-            return
+        """A connection's slot when none was free: waited for until `deadline`."""
         try:
             async with asyncio.timeout_at(None if deadline == math.inf else deadline):
-                await self._slots.acquire()
+                await self._slots.wait()
         except TimeoutError:
             raise ResponseTimeout("no connection of the pool came free by the deadline") from None
 
@@ -460,7 +526,7 @@ class Pool:
     def give_back(self, conn: Connection) -> None:
         if conn in self._busy:
             self._busy.discard(conn)
-            self._slots.release()
+            self._slots.give()
         if self._closed:
             conn.abort()
         else:
@@ -469,7 +535,7 @@ class Pool:
     def forget(self, conn: Connection) -> None:
         if conn in self._busy:
             self._busy.discard(conn)
-            self._slots.release()
+            self._slots.give()
         if conn in self._idle:
             self._idle.remove(conn)
 

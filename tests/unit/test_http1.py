@@ -450,3 +450,22 @@ async def test_waiting_for_a_free_connection_ends_at_the_deadline(server: Server
             await pool.request("POST", "/", b"{}", 2.0, after(pool, 0.1))
     await whole(held)
     assert pool._idle  # the slot came back with the connection
+
+
+async def test_slots_are_handed_in_order_and_passed_on_by_a_waiter_called_off() -> None:
+    slots = http1.Slots(1)
+    assert slots.take() and not slots.take()
+    first, second, third = (asyncio.create_task(slots.wait()) for _ in range(3))
+    await asyncio.sleep(0)
+    second.cancel()  # called off while waiting: skipped
+    slots.give()
+    first.cancel()  # called off once handed the slot: it passes it on
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert third.done() and not third.cancelled()
+    assert not slots.take()  # third holds it
+    slots.give()
+    assert slots.take()
+    for task in (first, second):
+        with pytest.raises(asyncio.CancelledError):
+            await task
