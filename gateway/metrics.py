@@ -1,7 +1,8 @@
 """Every metric, defined once, and the one observation per request.
 
 A request's observation is added to the tally of the requests alike (the same labels) in plain
-Python, and the tallies are moved into prometheus_client's values in bulk: at once while no
+Python (its values appended to lists, binned in bulk when moved: in C, by a map of bisections
+into a Counter), and the tallies are moved into prometheus_client's values in bulk: at once while no
 other request is in flight, else at most FLUSH_S later, and before every scrape. Nine labelled
 updates a request, each through prometheus_client's lock, measured a tenth of the gateway's CPU
 a request under load.
@@ -17,12 +18,13 @@ start; each worker writes its values there and a scrape of any worker adds them 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import time
 from bisect import bisect_left
+from collections import Counter as Tally
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -223,18 +225,18 @@ class Metrics:
         key = (rec.model, rec.provider, rec.status, rec.stream, rec.operation, rec.error_type)
         alike = self._pending.get(key) or self._alike(key)
         alike.n += 1
-        alike.duration.add(took)
+        alike.duration.append(took)
         if rec.provider:
-            alike.overhead.add(max(0.0, took - rec.upstream_s))
-            alike.upstream.add(rec.upstream_s)
+            alike.overhead.append(max(0.0, took - rec.upstream_s))
+            alike.upstream.append(rec.upstream_s)
             if rec.prompt_tokens is not None:
-                alike.tokens_in.add(rec.prompt_tokens)
+                alike.tokens_in.append(rec.prompt_tokens)
             if rec.completion_tokens is not None:
-                alike.tokens_out.add(rec.completion_tokens)
+                alike.tokens_out.append(rec.completion_tokens)
             if rec.first_token:
-                alike.ttft.add(rec.first_token - rec.start)
+                alike.ttft.append(rec.first_token - rec.start)
                 if rec.completion_tokens and rec.completion_tokens > 1:
-                    alike.tpot.add(
+                    alike.tpot.append(
                         (took - rec.first_token + rec.start) / (rec.completion_tokens - 1)
                     )
         self._flush_due()
@@ -272,20 +274,20 @@ class Metrics:
         model, provider, status, streamed, op, error_type = key
         stream = "true" if streamed else "false"
         self._child("requests", model, provider or "none", str(status), stream, op).inc(alike.n)
-        alike.duration.into(self._child("request_duration", model, stream, op))
+        self._child("request_duration", model, stream, op).add(alike.duration)
         if not provider:
             return
-        alike.overhead.into(self._child("overhead", model, stream))
+        self._child("overhead", model, stream).add(alike.overhead)
         genai = (op, provider, model)
-        alike.upstream.into(self._child("operation", *genai, error_type))
+        self._child("operation", *genai, error_type).add(alike.upstream)
         for kind, tokens in (("input", alike.tokens_in), ("output", alike.tokens_out)):
-            if tokens.n:
-                tokens.into(self._child("token_usage", *genai, kind))
-                self._child("tokens", model, provider, kind).inc(tokens.sum)
-        if alike.ttft.n:
-            alike.ttft.into(self._child("ttft", model, provider))
-        if alike.tpot.n:
-            alike.tpot.into(self._child("tpot", model, provider))
+            if tokens:
+                self._child("token_usage", *genai, kind).add(tokens)
+                self._child("tokens", model, provider, kind).inc(sum(tokens))
+        if alike.ttft:
+            self._child("ttft", model, provider).add(alike.ttft)
+        if alike.tpot:
+            self._child("tpot", model, provider).add(alike.tpot)
 
     def inflight_add(self, n: int) -> None:
         if self.enabled:
@@ -397,26 +399,6 @@ class Metrics:
 Labels = tuple[str, str, int, bool, str, str]
 
 
-class Bins:
-    """A histogram's observations not yet in the registry: a count per bucket, their sum."""
-
-    __slots__ = ("bounds", "counts", "n", "sum")
-
-    def __init__(self, buckets: tuple[float, ...]) -> None:
-        self.bounds = [*buckets, math.inf]
-        self.counts = [0] * len(self.bounds)
-        self.n = 0
-        self.sum = 0.0
-
-    def add(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.n += 1
-        self.sum += value
-
-    def into(self, handle: HistogramHandle) -> None:
-        handle.add(self.counts, self.sum)
-
-
 class Alike:
     """The tally of requests alike (the same labels) since the registry last had them."""
 
@@ -424,13 +406,13 @@ class Alike:
 
     def __init__(self) -> None:
         self.n = 0
-        self.duration = Bins(DURATION_BUCKETS)
-        self.overhead = Bins(OVERHEAD_BUCKETS)
-        self.upstream = Bins(DURATION_BUCKETS)  # gen_ai's operation duration
-        self.tokens_in = Bins(TOKEN_BUCKETS)
-        self.tokens_out = Bins(TOKEN_BUCKETS)
-        self.ttft = Bins(TTFT_BUCKETS)
-        self.tpot = Bins(TPOT_BUCKETS)
+        self.duration: list[float] = []
+        self.overhead: list[float] = []
+        self.upstream: list[float] = []  # gen_ai's operation duration
+        self.tokens_in: list[int] = []
+        self.tokens_out: list[int] = []
+        self.ttft: list[float] = []
+        self.tpot: list[float] = []
 
 
 class CounterHandle:
@@ -464,12 +446,11 @@ class HistogramHandle:
         self._sum.inc(value)
         self._buckets[bisect_left(self._bounds, value)].inc(1)
 
-    def add(self, counts: list[int], total: float) -> None:
-        """Observations counted by bucket (Bins), with their sum."""
-        for bucket, count in zip(self._buckets, counts, strict=True):
-            if count:
-                bucket.inc(count)
-        self._sum.inc(total)
+    def add(self, values: list[float] | list[int]) -> None:
+        """Many observations at once, binned in C."""
+        for i, count in Tally(map(partial(bisect_left, self._bounds), values)).items():
+            self._buckets[i].inc(count)
+        self._sum.inc(sum(values))
 
 
 HANDLES: dict[type[Any], Callable[[Any], Any]] = {
