@@ -106,8 +106,9 @@ class Attempts:
         """One request's tries. `record` learns the provider tried last and the time spent
         waiting on providers."""
         tries = _Tries(self, plan, prepare, send, receive, record)
+        root = plan.root
         try:
-            await tries.node(plan.root)
+            await (tries.leaf(root) if isinstance(root, Leaf) else tries.node(root))
         except GatewayError as err:
             tries.outcome.error = err
         return tries.outcome
@@ -138,7 +139,7 @@ class _Tries(Generic[C, T]):
 
     async def node(self, node: Node) -> None:
         if isinstance(node, Leaf):
-            await self._leaf(node)
+            await self.leaf(node)
         elif node.mode == "fallback":
             await self._fallback(node)
         elif node.mode == "loadbalance":
@@ -170,7 +171,7 @@ class _Tries(Generic[C, T]):
         target = self.plan.resolve(node)
         return self.attempts.circuits.get(target.provider, target.model).blocked(now)
 
-    async def _leaf(self, leaf: Leaf) -> None:
+    async def leaf(self, leaf: Leaf) -> None:
         target = self.plan.resolve(leaf)
         breaker = self.attempts.circuits.get(target.provider, target.model)
         outcome = self.outcome

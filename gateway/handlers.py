@@ -58,16 +58,17 @@ class Endpoint:
 # ---------------------------------------------------------------- inference
 
 
-async def completions(inbound: Inbound, reply: Reply) -> None:
-    await _inference(inbound, reply, service.complete, OP_TEXT_COMPLETION)
+# Plain functions: the shared coroutine is the handler's, without one of their own around it.
+def completions(inbound: Inbound, reply: Reply) -> Awaitable[None]:
+    return _inference(inbound, reply, service.complete, OP_TEXT_COMPLETION)
 
 
-async def chat_completions(inbound: Inbound, reply: Reply) -> None:
-    await _inference(inbound, reply, service.chat, OP_CHAT)
+def chat_completions(inbound: Inbound, reply: Reply) -> Awaitable[None]:
+    return _inference(inbound, reply, service.chat, OP_CHAT)
 
 
-async def embeddings(inbound: Inbound, reply: Reply) -> None:
-    await _inference(inbound, reply, service.embed, OP_EMBEDDINGS)
+def embeddings(inbound: Inbound, reply: Reply) -> Awaitable[None]:
+    return _inference(inbound, reply, service.embed, OP_EMBEDDINGS)
 
 
 async def _inference(inbound: Inbound, reply: Reply, serve: Serve, operation: str) -> None:

@@ -142,18 +142,23 @@ def watched(scope: Scope, receive: Receive) -> Receive:
     return receive if watch is None else WatchedReceive(receive, watch)
 
 
-async def until_disconnect(coro: Awaitable[T], receive: Receive) -> T:
-    """Await `coro`; if the caller disconnects first, cancel it (which closes the upstream
-    request it is waiting on) and raise ClientGone. Needs the body to be read already.
+def until_disconnect(coro: Awaitable[T], receive: Receive) -> Awaitable[T]:
+    """`coro`, to await; if the caller disconnects first, it is cancelled (which closes the
+    upstream request it is waiting on) and ClientGone raised. Needs the body to be read already.
 
     With the gateway's protocol the connection's watch cancels the awaiting task; otherwise a
     watcher task waits on `receive` (it cancels the awaiting task, which is cheaper than running
-    `coro` in a task of its own and waiting on both)."""
+    `coro` in a task of its own and waiting on both). A plain function: no coroutine of its
+    own between the caller and `coro`."""
     if receive is caller_stays:
-        return await coro
+        return coro
     if isinstance(receive, WatchedReceive):
         seen = receive.watch
-        return await _watched(coro, seen.task or _current(), seen)
+        return _watched(coro, seen.task or _current(), seen)
+    return _task_watched(coro, receive)
+
+
+async def _task_watched(coro: Awaitable[T], receive: Receive) -> T:
     task = _current()
     gone = False
 

@@ -9,7 +9,7 @@ it. Failures leave here already translated into the gateway's error tree (errors
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Mapping
 from urllib.parse import urlsplit
 
 import orjson
@@ -125,10 +125,12 @@ class UpstreamClient:
             self._paths[url] = path
         return path
 
-    async def post_json(self, payload: bytes, target: Target, url: str | None = None) -> Json:
+    def post_json(
+        self, payload: bytes, target: Target, url: str | None = None
+    ) -> Coroutine[None, None, Json]:
         """POST to the completions URL (or `url`, another endpoint of this upstream) and parse
         the answer once; any non-2xx becomes a gateway error."""
-        return await self.call_json("POST", url or self._url, payload, target)
+        return self.call_json("POST", url or self._url, payload, target)
 
     async def call_json(self, method: str, url: str, payload: bytes | None, target: Target) -> Json:
         """One JSON call to `url` (an address of this same upstream, never a caller's), its
