@@ -22,6 +22,7 @@ from core.completions import (
     VLLM_EXTRAS,
     CrossCheck,
     RequestLimits,
+    cross_check,
 )
 from core.errors import InvalidRequest
 from core.fields import (
@@ -136,9 +137,7 @@ def parse_chat(body: bytes, limits: RequestLimits) -> ChatRequest:
 
 def validate_chat(data: Mapping[str, Any], limits: RequestLimits) -> ChatRequest:
     fields, unknown = CHAT.validate(data)
-    for rule in CROSS_CHECKS:
-        if rule.broken(fields):
-            raise InvalidRequest(rule.message, param=rule.param)
+    cross_check(CROSS_CHECKS, fields)
     _named_tool(fields)
     usage = fields.get("stream_options", {})
     req = ChatRequest(

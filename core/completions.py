@@ -155,11 +155,17 @@ class CompletionRequest:
 @dataclass(frozen=True, slots=True)
 class CrossCheck:
     """A rule between fields: when `broken` holds for the validated fields, a 400 naming
-    `param`."""
+    `param`. Every rule is about the field it names: it is asked only when that was sent."""
 
     broken: Callable[[Mapping[str, Any]], bool]
     message: str
     param: str
+
+
+def cross_check(rules: tuple[CrossCheck, ...], fields: Mapping[str, Any]) -> None:
+    for rule in rules:
+        if rule.param in fields and rule.broken(fields):
+            raise InvalidRequest(rule.message, param=rule.param)
 
 
 CROSS_CHECKS = (
@@ -211,9 +217,7 @@ def validate_completion(data: Mapping[str, Any], limits: RequestLimits) -> Compl
         if data.get("prompt") is None:
             raise InvalidRequest(EMBEDS_UNSERVED, param="prompt_embeds")
     fields, unknown = COMPLETIONS.validate(data)
-    for rule in CROSS_CHECKS:
-        if rule.broken(fields):
-            raise InvalidRequest(rule.message, param=rule.param)
+    cross_check(CROSS_CHECKS, fields)
     return _build(fields, unknown, limits)
 
 
@@ -244,6 +248,15 @@ def _build(f: dict[str, Any], unknown: tuple[str, ...], limits: RequestLimits) -
 
 
 def _bounds(req: CompletionRequest, limits: RequestLimits) -> None:
+    best_of = req.best_of or 1
+    if (
+        req.n_prompts * max(req.n, best_of) <= limits.max_choices
+        and req.max_tokens <= limits.max_tokens
+        and req.n_prompts <= limits.max_prompts
+        and req.n <= limits.max_n
+        and best_of <= limits.max_best_of
+    ):
+        return  # the usual request: within every bound, no message to build
     checks = (
         ("n", req.n, limits.max_n),
         ("best_of", req.best_of or 0, limits.max_best_of),
