@@ -390,7 +390,7 @@ async def test_a_cancel_from_elsewhere_is_not_a_disconnect() -> None:
     async def never() -> Message:
         raise AssertionError("received")
 
-    task = asyncio.create_task(
+    task = asyncio.ensure_future(
         until_disconnect(asyncio.Event().wait(), WatchedReceive(never, watch))
     )
     await asyncio.sleep(0)
