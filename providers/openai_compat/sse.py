@@ -20,6 +20,15 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[bytes]:
         """The data of every event completed by `chunk`, in order."""
         buf = self._rest + chunk if self._rest else chunk
+        if self._data is None and b"\r" not in buf:
+            end = buf.rfind(b"\n\n") + 2  # the events `buf` completes, if all are plain
+            events = _plain(buf, end) if end > 1 else None
+            if events is not None:
+                self._rest = b""
+                return events + self._lines(buf[end:]) if end < len(buf) else events
+        return self._lines(buf)
+
+    def _lines(self, buf: bytes) -> list[bytes]:
         hold = b""
         if buf.endswith(b"\r"):
             buf, hold = buf[:-1], b"\r"
@@ -58,3 +67,13 @@ class SSEDecoder:
             self._data = [value]
         else:
             self._data.append(value)
+
+
+def _plain(buf: bytes, end: int) -> list[bytes] | None:
+    """The data of the events before `end` (just after a blank line) when each is one `data: `
+    line (what servers send), split in C; None if any is not: an event's data holding a newline
+    is one of several lines, or several events."""
+    if not buf.startswith(b"data: "):
+        return None
+    values = buf[6 : end - 2].split(b"\n\ndata: ")
+    return None if b"\n" in b"".join(values) else values

@@ -293,6 +293,21 @@ def test_sse_split_anywhere() -> None:
     assert decode(*[raw[i : i + 1] for i in range(len(raw))]) == [b'{"a":1}', b'{"b":2}']
 
 
+def test_sse_plain_events_split_anywhere() -> None:
+    # What servers send: one `data: ` line an event (read in bulk), and around it what is not.
+    raw = (
+        b'data: {"a":1}\n\ndata: {"b":"data: x"}\n\ndata: \n\ndata:{"c":3}\n\n'
+        b": ka\n\ndata: [DONE]\n\n"
+    )
+    want = [b'{"a":1}', b'{"b":"data: x"}', b"", b'{"c":3}', b"[DONE]"]
+    assert decode(raw) == want
+    for i in range(1, len(raw)):
+        for j in range(i, len(raw)):
+            assert decode(raw[:i], raw[i:j], raw[j:]) == want, (i, j)
+    assert decode(b"data: a\ndata: b\n\ndata: c\n\n") == [b"a\nb", b"c"]
+    assert decode(b"data: a\n\n\ndata: b\n\n") == [b"a", b"b"]
+
+
 def test_sse_multiline_comments_and_other_fields() -> None:
     raw = b': ping\n\nevent: completion\nid: 7\ndata: {"a":\ndata: 1}\nretry: 10\n\n'
     assert decode(raw) == [b'{"a":\n1}']
