@@ -281,7 +281,9 @@ class StreamNormalizer:
             so_far = usage(event.get("usage"))
             if so_far is not None:
                 chunk["usage"] = so_far  # the choice's usage so far
-        if self._wait is not None and self._wait.holds(chunk, self._fingerprint is not None):
+        if self._wait is None:
+            return [self._stamp(chunk)]
+        if self._wait.holds(chunk, self._fingerprint is not None):
             return []
         return [*self._waited(), self._stamp(chunk)]
 
