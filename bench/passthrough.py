@@ -1,34 +1,44 @@
-"""The benchmark's yardsticks: bare pass-throughs on the gateway's own stack, nothing else.
+"""The benchmark's yardsticks on the gateway's own stack: bare pass-throughs, and the least a
+gateway can do.
 
-No auth, validation, routing or normalization: each forwards the body of a POST to
-/v1/completions, /v1/chat/completions or /v1/embeddings to the same path upstream over one
-client's pooled connections and relays the answer (JSON, or the SSE bytes as they come). Two
-kinds of app:
+The pass-throughs do no auth, validation, routing or normalization: each forwards the body of a
+POST to /v1/completions, /v1/chat/completions or /v1/embeddings to the same path upstream over
+one client's pooled connections and relays the answer (JSON, or the SSE bytes as they come).
+Three kinds of app:
 
     starlette  a Starlette app (Request, Response, StreamingResponse): what a proxy written with a
                web framework costs
     raw        a bare ASGI callable: the floor of the stack itself (the server and the client),
                under which no gateway on it can go
+    minimal    `raw` plus the least a gateway does to a JSON completion or chat request (a key,
+               one parse, type checks, an alias, the answer checked and rendered again): what a
+               gateway's essential work costs on the floor (MinimalApp)
 
 and three upstream clients: `http1`, the gateway's own (providers/openai_compat/http1.py), and the
 libraries it was chosen over, `aiohttp` (the one it replaced) and `rnet` (hyper). All run under
-uvicorn with the gateway's own protocol and server options (and,
-with --workers N, N processes on one socket as `gateway serve --workers N` runs them), so the
-difference between one and the gateway is the gateway's work, and the difference between raw
-and direct is the floor that any Python ASGI proxy on that client pays on the machine at hand.
+uvicorn with the gateway's own protocol and server options (and, with --workers N, N processes
+on one socket as `gateway serve --workers N` runs them), so the difference between one and the
+gateway is the gateway's work, and the difference between raw and direct is the floor that any
+Python ASGI proxy on that client pays on the machine at hand.
 
 Run: python bench/passthrough.py --upstream URL --port 9002 [--raw] [--client rnet] [--workers N]
+     python bench/passthrough.py --upstream URL --minimal KEY --models alias=model,…
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import hmac
+import itertools
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
 import aiohttp
+import orjson
 import rnet
 import uvicorn
 from starlette.applications import Starlette
@@ -41,7 +51,10 @@ from providers.openai_compat import http1
 
 UPSTREAM_ENV = "BENCH_PASSTHROUGH_UPSTREAM"  # how uvicorn's worker processes learn it
 CLIENT_ENV = "BENCH_PASSTHROUGH_CLIENT"
-FORWARDED = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/embeddings"})
+KEY_ENV = "BENCH_MINIMAL_KEY"
+MODELS_ENV = "BENCH_MINIMAL_MODELS"  # alias=upstream model,…
+EMBED = "/v1/embeddings"
+FORWARDED = frozenset({"/v1/completions", "/v1/chat/completions", EMBED})
 JSON_HEADERS = {"content-type": "application/json"}
 SSE = "text/event-stream"
 POOL = 100
@@ -233,6 +246,141 @@ class RawApp:
             await got.close()
 
 
+class Refused(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+# The fields of the bench's requests and their JSON types: what the minimal app checks.
+MINIMAL_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "model": str, "prompt": str, "messages": list, "max_tokens": int,
+    "temperature": (int, float), "stream": bool,
+}  # fmt: skip
+
+
+class MinimalApp(RawApp):
+    """The least a gateway does to a JSON completion or chat request, and nothing more: the
+    caller's key checked (its SHA-256, compared in constant time), one parse of the body, each
+    field's type checked against a table, the alias mapped to the upstream's model, one upstream
+    call, the answer's choices and usage checked and rendered again under the alias and a
+    completion id of its own, the request id echoed, the time taken noted. What the gateway
+    does beyond it (its declared validation of every field, routing trees with retries and
+    breakers, rate limits, Portkey headers, dialect tables, normalization, metrics) is the
+    difference between the two in the bench. Streams and embeddings are relayed as `raw` does."""
+
+    def __init__(self, upstream: Upstream, key: str, models: dict[str, str]) -> None:
+        super().__init__(upstream)
+        self.key_sha256 = hashlib.sha256(key.encode()).digest()
+        self.models = models
+        self.ids = itertools.count()
+        self.took: list[float] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in FORWARDED and scope["path"] != EMBED:
+            try:
+                await self.serve(scope, receive, send)
+            except Refused as refused:
+                await answer(send, refused.status, "application/json", b"{}")
+            return
+        await super().__call__(scope, receive, send)
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        began = time.perf_counter()
+        self.authenticate(scope["headers"])
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        request = self.checked(body)
+        if request.get("stream"):
+            await self.forward(scope["path"], _replaying(body), send)
+            return
+        alias = request["model"]
+        upstream = self.models.get(alias)
+        if upstream is None:
+            raise Refused(404)
+        got = await self.upstream.post(scope["path"], orjson.dumps({**request, "model": upstream}))
+        try:
+            raw = await got.read()
+        finally:
+            await got.close()
+        rid = f"{next(self.ids):x}"
+        doc = self.rendered(orjson.loads(raw), alias, rid)
+        out = orjson.dumps(doc)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(out)),
+            (b"x-request-id", rid.encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": out})
+        self.took.append(time.perf_counter() - began)
+        if len(self.took) >= 1000:
+            self.took.clear()
+
+    def authenticate(self, headers: list[tuple[bytes, bytes]]) -> None:
+        presented = dict(headers).get(b"authorization", b"").removeprefix(b"Bearer ")
+        if not hmac.compare_digest(hashlib.sha256(presented).digest(), self.key_sha256):
+            raise Refused(401)
+
+    def checked(self, body: bytes) -> dict[str, Any]:
+        request = orjson.loads(body)
+        if type(request) is not dict or "model" not in request:
+            raise Refused(400)
+        for name, value in request.items():
+            expected = MINIMAL_FIELDS.get(name)
+            if expected is None or not isinstance(value, expected):
+                raise Refused(400)
+        if not 0 <= request.get("max_tokens", 16) <= 32768:
+            raise Refused(400)
+        return request
+
+    def rendered(self, got: Any, alias: str, rid: str) -> dict[str, Any]:
+        if type(got) is not dict or type(got.get("choices")) is not list:
+            raise Refused(502)
+        chat = got.get("object") == "chat.completion"
+        choices = [_choice(c, chat) for c in got["choices"]]
+        usage = got.get("usage")
+        if type(usage) is not dict:
+            raise Refused(502)
+        counts = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+        return {
+            "id": ("chatcmpl-" if chat else "cmpl-") + rid,
+            "object": got["object"],
+            "created": int(time.time()),
+            "model": alias,
+            "choices": choices,
+            "usage": counts,
+        }
+
+
+def _choice(choice: Any, chat: bool) -> dict[str, Any]:
+    if type(choice) is not dict:
+        raise Refused(502)
+    out = {"index": choice["index"], "finish_reason": choice.get("finish_reason")}
+    if chat:
+        message = choice["message"]
+        if type(message.get("content")) is not str:
+            raise Refused(502)
+        out["message"] = {"role": "assistant", "content": message["content"]}
+    else:
+        if type(choice.get("text")) is not str:
+            raise Refused(502)
+        out |= {"text": choice["text"], "logprobs": None}
+    return out
+
+
+def _replaying(body: bytes) -> Receive:
+    """A request's body read already, received again."""
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
 async def answer(send: Send, status: int, content_type: str, body: bytes) -> None:
     headers = [(b"content-type", content_type.encode()), (b"content-length", b"%d" % len(body))]
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -251,19 +399,38 @@ def raw_from_env() -> RawApp:
     return RawApp(_upstream())
 
 
+def minimal_from_env() -> MinimalApp:
+    pairs = (pair.split("=", 1) for pair in os.environ[MODELS_ENV].split(","))
+    return MinimalApp(_upstream(), os.environ[KEY_ENV], {a: m for a, m in pairs})
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="bare ASGI pass-through")
     parser.add_argument("--upstream", required=True, help="the upstream's root URL")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9002)
     parser.add_argument("--raw", action="store_true", help="a bare ASGI app, not Starlette")
+    parser.add_argument(
+        "--minimal",
+        metavar="KEY",
+        help="the minimal gateway (a bare ASGI app), callers presenting KEY as a Bearer token",
+    )
+    parser.add_argument(
+        "--models",
+        default="",
+        help="the minimal gateway's aliases: alias=upstream model, comma-separated",
+    )
     parser.add_argument("--client", choices=CLIENTS, default=CLIENTS[0])
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
     os.environ[UPSTREAM_ENV] = args.upstream
     os.environ[CLIENT_ENV] = args.client
+    app = "raw_from_env" if args.raw else "starlette_from_env"
+    if args.minimal is not None:
+        os.environ[KEY_ENV], os.environ[MODELS_ENV] = args.minimal, args.models
+        app = "minimal_from_env"
     uvicorn.run(
-        "passthrough:raw_from_env" if args.raw else "passthrough:starlette_from_env",
+        f"passthrough:{app}",
         factory=True,
         http=GatewayHttpProtocol,  # the gateway's server, as `gateway serve` runs it
         app_dir=os.path.dirname(os.path.abspath(__file__)),

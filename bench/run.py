@@ -1,9 +1,12 @@
 """Gateway benchmark: the same wrk load against the mock upstream (direct) and through the gateway.
 
-Starts bench/mock_upstream.py, `gateway serve --workers 1` and two bare pass-throughs of
-bench/passthrough.py on the gateway's own stack (uvicorn, aiohttp's client): `passthrough`, a
-Starlette app, and `raw`, a bare ASGI callable, the floor under which no gateway on this stack can
-go. For the scaling run it also starts the gateway and the raw pass-through with 2 workers. Then
+Starts bench/mock_upstream.py, `gateway serve --workers 1` and the yardsticks of
+bench/passthrough.py on the gateway's own stack (uvicorn, the gateway's own client):
+`passthrough`, a Starlette app, `raw`, a bare ASGI callable, the floor under which no gateway on
+this stack can go (and `raw` on the client libraries the gateway's was chosen over), and
+`minimal`, the floor plus the least a gateway does to a JSON request (run on latency, throughput
+and chat only). For the scaling run it also starts the gateway and the raw pass-through with 2
+workers. Then
 for each scenario it runs a warm-up and a measured wrk run against each target:
 
     latency     1 connection:   p50/p99; added latency = target - direct
@@ -102,7 +105,14 @@ SCALED = "throughput"  # the scenario also run against the 2-worker targets
 # The pass-throughs of bench/passthrough.py: on the gateway's own client, and the raw one on
 # each client library it was chosen over.
 BARE = ("passthrough", "raw", "raw-aiohttp", "raw-rnet")
-COMPARED = ("gateway", "gateway-uvicorn", *BARE, f"gateway-{WORKERS}w", f"raw-{WORKERS}w")
+# bench/passthrough.py's minimal gateway: the least a gateway does to a JSON request, on the
+# floor. Run where that is all a request asks (JSON completions and chat), it shows how much of
+# the floor a gateway's essential work leaves, and how much the gateway's own features take.
+MINIMAL = "minimal"
+MINIMAL_SCENARIOS = ("latency", "throughput", "chat")
+COMPARED = (
+    "gateway", "gateway-uvicorn", *BARE, MINIMAL, f"gateway-{WORKERS}w", f"raw-{WORKERS}w",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -504,8 +514,10 @@ def markdown(
         f"after a {env['warmup_s']} s warm-up; gateway with 1 worker; streams of "
         f"{env['chunks']} chunks; gateway-uvicorn = the gateway on uvicorn's own protocol "
         f"(--http uvicorn); passthrough = bare Starlette, raw = bare ASGI, both on the gateway's "
-        f"own HTTP client; raw-aiohttp, raw-rnet = raw on those libraries; all under uvicorn "
-        f"(bench/passthrough.py); -{WORKERS}w: {WORKERS} workers."
+        f"own HTTP client; raw-aiohttp, raw-rnet = raw on those libraries; minimal = raw plus "
+        f"the least a gateway does to a JSON request (key, parse, type checks, alias, answer "
+        f"checked and rendered); all under uvicorn (bench/passthrough.py); -{WORKERS}w: "
+        f"{WORKERS} workers."
     )
     return "\n".join(lines)
 
@@ -583,6 +595,18 @@ def start_passthrough(procs: Processes, mock: Target, name: str, workers: int = 
     return Target(name, f"http://{HOST}:{port}", MOCK_MODELS, "", proc.pid)
 
 
+def start_minimal(procs: Processes, mock: Target) -> Target:
+    """bench/passthrough.py's minimal gateway, with the gateway's key and aliases."""
+    port = free_port()
+    script = str(BENCH_DIR / "passthrough.py")
+    models = ",".join(f"{GATEWAY_MODELS[e]}={MOCK_MODELS[e]}" for e in GATEWAY_MODELS)
+    cmd = [sys.executable, script, "--upstream", mock.root, "--host", HOST, "--port", str(port)]
+    cmd += ["--minimal", API_KEY, "--models", models]
+    proc = procs.start(MINIMAL, cmd)
+    wait_ready(f"http://{HOST}:{port}/health", procs, MINIMAL)
+    return Target(MINIMAL, f"http://{HOST}:{port}", GATEWAY_MODELS, f"Bearer {API_KEY}", proc.pid)
+
+
 def start_gateway(
     procs: Processes,
     template: str,
@@ -616,6 +640,7 @@ def servers(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[list[Target],
             cmd = DEFAULT_GATEWAY_CMD
             single.append(start_gateway(procs, cmd, direct.root, tmp, "gateway-uvicorn", 1, stock))
         single += [start_passthrough(procs, direct, name) for name in BARE]
+        single.append(start_minimal(procs, direct))
         scaled = []
         if SCALED in args.scenarios:
             name = f"gateway-{WORKERS}w"
@@ -634,15 +659,22 @@ def bench(args: argparse.Namespace, tmp: Path) -> list[Run]:
     with servers(args, tmp) as (single, scaled):
         for target in single + scaled:
             for scenario in chosen:
-                probe(target, scenario, tmp)
+                if runs_on(target, scenario):
+                    probe(target, scenario, tmp)
         direct = single[0]
         for scenario in chosen:
             for target in single + (scaled if scenario.name == SCALED else []):
+                if not runs_on(target, scenario):
+                    continue
                 pids = {target.name: target.pid, "mock": direct.pid}
                 if target is direct:
                     pids = {"mock": direct.pid}
                 runs.append(run_one(target, scenario, args, tmp, pids))
     return runs
+
+
+def runs_on(target: Target, scenario: Scenario) -> bool:
+    return target.name != MINIMAL or scenario.name in MINIMAL_SCENARIOS
 
 
 def run_one(
