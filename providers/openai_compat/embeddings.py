@@ -62,6 +62,7 @@ RULES: Mapping[str, Mapping[str, FieldRule]] = MappingProxyType(
 
 # What an array of numbers is written with in JSON: an array holding anything else is parsed.
 NUMERIC = b"0123456789.eE+-, \t\r\n"
+BRACKETED = NUMERIC + b"[]"  # the same, checked with the array's own brackets
 
 
 class Arrays:
@@ -71,31 +72,31 @@ class Arrays:
     bare number, let alone one of those. An array inside a string is cut out too, which keeps
     the string JSON but changes it: only the embeddings of a skeleton are used."""
 
-    __slots__ = ("_base", "_raw", "_spans", "skeleton")
+    __slots__ = ("_arrays", "_base", "skeleton")
 
     def __init__(self, raw: bytes) -> None:
-        self._raw = raw
         self._base = secrets.randbits(61) + (1 << 61)
-        self._spans = _numeric_arrays(raw)
+        spans = _numeric_arrays(raw)
         parts: list[bytes] = []
         at = 0
-        for rank, (start, end) in enumerate(self._spans):
+        for rank, (start, array) in enumerate(spans):
             parts += (raw[at:start], b"%d" % (self._base + rank))
-            at = end
-        self.skeleton = b"".join([*parts, raw[at:]]) if self._spans else raw
+            at = start + len(array)
+        self.skeleton = b"".join([*parts, raw[at:]]) if spans else raw
+        self._arrays = [array for _, array in spans]
 
     def fragment(self, value: Any) -> orjson.Fragment | None:
         """The array `value` stands in for, as its bytes; None if it stands for none."""
         rank = value - self._base if type(value) is int else -1
-        if not 0 <= rank < len(self._spans):
+        if not 0 <= rank < len(self._arrays):
             return None
-        start, end = self._spans[rank]
-        return orjson.Fragment(self._raw[start:end])
+        return orjson.Fragment(self._arrays[rank])
 
 
-def _numeric_arrays(raw: bytes) -> list[tuple[int, int]]:
-    """Where the arrays holding only numbers are: each one's `[` and what follows its `]`."""
-    spans: list[tuple[int, int]] = []
+def _numeric_arrays(raw: bytes) -> list[tuple[int, bytes]]:
+    """The arrays holding only numbers: where each begins, and its bytes from `[` to `]` (the
+    copy that was checked is the one relayed: one copy of the numbers, not two)."""
+    arrays: list[tuple[int, bytes]] = []
     find = raw.find
     at = find(b"[")
     while at != -1:
@@ -106,10 +107,11 @@ def _numeric_arrays(raw: bytes) -> list[tuple[int, int]]:
         if inner != -1:  # an array in this one: it holds more than numbers
             at = inner
             continue
-        if not raw[at + 1 : end].translate(None, NUMERIC):
-            spans.append((at, end + 1))
+        array = raw[at : end + 1]  # no other bracket inside: the first `]` after the only `[`
+        if not array.translate(None, BRACKETED):
+            arrays.append((at, array))
         at = find(b"[", end + 1)
-    return spans
+    return arrays
 
 
 def answer(
