@@ -6,14 +6,13 @@ Everything lives on `app.state.runtime`; nothing is module-global."""
 from __future__ import annotations
 
 import contextlib
-import gc
 import re
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.datastructures import State
 
-from gateway import handlers
+from gateway import handlers, process
 from gateway.batches import Runner
 from gateway.config import Config
 from gateway.context import Ids, Inbound, Reply
@@ -112,19 +111,6 @@ class GatewayApp:
         self._runtime = self.state.runtime = runtime
 
 
-# Collections of the youngest generation every 700 allocations cost a server ~20 µs a request;
-# 10,000 keeps cyclic garbage bounded at a fraction of that cost.
-GC_THRESHOLD = (10_000, 10, 10)
-
-
-def settle_gc() -> None:
-    """For a serving process, once it has started: what start-up built lives as long as the
-    process, so full collections need not scan it again (vLLM's server does the same)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLD)
-
-
 def create_app(
     config: Config,
     serving_process: bool = False,
@@ -132,7 +118,8 @@ def create_app(
     build: Build = build_provider,
     workers: int = 1,
 ) -> GatewayApp:
-    """`serving_process`: this process only serves (gateway serve): tune its collector.
+    """`serving_process`: this process only serves (gateway serve): tune its collector and
+    allocator (gateway.process).
     `watch`: the config file `config` was read from, reloaded on SIGHUP and when it changes.
     `build`: how a provider is built from its config block.
     `workers`: the serving processes of `gateway serve`, which a reloaded config must suit."""
@@ -148,7 +135,7 @@ def create_app(
         if reloader is not None:
             reloader.start()
         if serving_process:
-            settle_gc()
+            process.settle()
         try:
             yield
         finally:
