@@ -42,8 +42,8 @@ def settle_gc() -> None:
 
 
 def tune_allocator() -> bool:
-    """The C allocator's thresholds for buffers (above); False where the C library is not glibc
-    (musl, macOS: no mallopt), which keeps its own behaviour."""
+    """The C allocator's thresholds for buffers (above); False where the C library has no
+    mallopt (macOS) or refuses it (musl's does nothing), and keeps its own behaviour."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
@@ -53,5 +53,5 @@ def tune_allocator() -> bool:
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
     if not done:
-        log.warning("the C library refused the allocator's thresholds: its defaults stay")
+        log.info("the C library refused the allocator's thresholds: its defaults stay")
     return done
