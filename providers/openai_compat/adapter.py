@@ -102,6 +102,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
             settings.headers,
             max_connections=settings.max_connections,
             connect_timeout_s=settings.connect_timeout_s,
+            max_response_bytes=settings.max_response_bytes,
             secret=settings.api_key,
         )
         self._guard = None

@@ -26,7 +26,7 @@ from .errors import (
     transport_error,
     upstream_error,
 )
-from .http1 import HttpClientError, Origin, Pool, Response, ResponseTimeout
+from .http1 import MAX_BODY_BYTES, HttpClientError, Origin, Pool, Response, ResponseTimeout
 from .sse import DONE, SSEDecoder
 
 MAX_ERROR_BODY = 64 * 1024  # error bodies are short; a proxy's HTML page is cut here
@@ -61,7 +61,9 @@ class UpstreamStream:
 
 
 class UpstreamClient:
-    __slots__ = ("_connect_s", "_headers", "_limit", "_paths", "_pool", "_secret", "_url")
+    __slots__ = (
+        "_connect_s", "_headers", "_limit", "_max_body", "_paths", "_pool", "_secret", "_url",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -70,19 +72,21 @@ class UpstreamClient:
         *,
         max_connections: int,
         connect_timeout_s: float,
+        max_response_bytes: int = MAX_BODY_BYTES,
         secret: str = "",
     ) -> None:
         self._url = url
         self._headers = dict(headers)
         self._limit = max_connections
         self._connect_s = connect_timeout_s
+        self._max_body = max_response_bytes
         self._secret = secret  # only to scrub it from upstream error messages
         self._pool: Pool | None = None
         self._paths: dict[str, str] = {}  # the few addresses of this upstream in use
 
     async def start(self) -> None:
         if self._pool is None:
-            self._pool = Pool(self._url, self._headers, self._limit, KEEPALIVE_S)
+            self._pool = Pool(self._url, self._headers, self._limit, KEEPALIVE_S, self._max_body)
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None

@@ -237,6 +237,14 @@ def transport_error(exc: BaseException, label: str, answering: bool = False) -> 
         return UpstreamTimeout(f"{who} did not accept a connection in time.", target=label)
     if isinstance(exc, TimeoutError):
         return UpstreamTimeout(f"{who} did not answer in time.", target=label)
+    if isinstance(exc, http1.ResponseTooLarge):
+        provider = label.split("/", 1)[0]
+        return UpstreamError(
+            f"{who} sent a response body over {exc.limit} bytes, the limit set by "
+            f"providers.{provider}.max_response_bytes.",
+            target=label,
+            code="upstream_response_too_large",
+        )
     if answering or isinstance(exc, http1.ResponseIncomplete):
         # Framing or a cut connection, not the caller's request: the client's words about it
         # would only mislead.
@@ -248,7 +256,9 @@ def transport_error(exc: BaseException, label: str, answering: bool = False) -> 
     if isinstance(exc, http1.ConnectFailed):
         return UpstreamUnreachable(f"{who} is unreachable: {_text(str(exc))}", target=label)
     if isinstance(exc, http1.ConnectionClosed):
-        return UpstreamUnreachable(f"{who} closed the connection.", target=label)
+        why = str(exc).partition(": TLS: ")[2]  # a TLS alert says why it closed
+        said = f" (TLS: {_text(why)})" if why else ""
+        return UpstreamUnreachable(f"{who} closed the connection{said}.", target=label)
     return UpstreamError(f"{who} request failed ({type(exc).__name__}).", target=label)
 
 

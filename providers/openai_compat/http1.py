@@ -18,6 +18,13 @@ so a stream is read in as few steps as the network allows). A request cancelled 
 its connection, so the upstream sees the caller leave; a response read to its end gives its
 connection back to the pool, any other is closed.
 
+One exchange at a time, and nothing of one exchange may reach the next (a pooled connection
+carries every caller's requests in turn): interim 1xx heads are skipped, the connection goes back
+to the pool only when a final response was read to its end with nothing after it, and bytes that
+come while it is idle, or wait unread on its socket when it is taken from the pool, close it.
+What an upstream sends is bounded: the head (all its interim heads together) to MAX_HEAD_BYTES and
+MAX_HEADERS, the body, once decoded, to the pool's `max_body_bytes`.
+
 Deadlines are the connection's (`Connection.until`): what is awaited next (the head, the body,
 a stream's next part) must come by the time the caller set, or the response fails with
 ResponseTimeout and the connection is aborted. One timer per connection, moved only when a
@@ -32,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import select
 import socket
 import ssl
 import time
@@ -49,6 +57,12 @@ READ_LOW = 64 * 1024
 DECODED = frozenset({"gzip", "deflate"})  # content encodings read (and announced)
 # The headers that say how a response's body is framed, read by the connection itself.
 FRAMING = frozenset({b"content-encoding", b"transfer-encoding", b"content-length"})
+MAX_HEAD_BYTES = 64 * 1024  # a response's head with its interim heads: more is no upstream's
+MAX_HEADERS = 100  # header lines of one head
+MAX_BODY_BYTES = 64 * 1024 * 1024  # a body once decoded, unless the pool is given another bound
+# Where the connection is in its exchange. What an upstream sends outside WAITING and BODY was
+# not asked for: it is never read as anyone's answer.
+IDLE, WAITING, BODY, DONE, FAILED = range(5)
 
 
 class HttpClientError(Exception):
@@ -69,6 +83,14 @@ class ConnectionClosed(HttpClientError):
 
 class ResponseIncomplete(HttpClientError):
     """The connection ended, or the bytes stopped making sense, before the response's end."""
+
+
+class ResponseTooLarge(HttpClientError):
+    """The body, once decoded, passed the pool's bound (`limit`: that bound, in bytes)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"a response body over {limit} bytes")
+        self.limit = limit
 
 
 class ResponseTimeout(HttpClientError, TimeoutError):
@@ -169,16 +191,24 @@ class Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
+        self._phase = IDLE
         self._head: asyncio.Future[Response] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._raw_headers: list[tuple[bytes, bytes]] = []
+        # The heads (interim ones too) of this request's answer, two ways: the bytes of reads
+        # that ended inside a head, and the headers read. Each is at most the heads' size, so
+        # neither refuses a head within the bound; the first keeps a head that never ends from
+        # being buffered by the parser without bound, the second catches one read whole.
+        self._head_bytes = 0
+        self._header_bytes = 0
         self._body: deque[bytes] = deque()
         self._buffered = 0
+        self._decoded = 0  # body bytes so far, after decoding: bounded by the pool
         self._paused = False
         self._decoder: zlib._Decompress | None = None
         self._until_eof = False  # a body delimited by the connection's end
-        self._complete = False  # the response's end has been read
         self._keep_alive = False  # the upstream keeps the connection open after it
+        self._leftover = False  # bytes came after the response's end: never reused
         self._error: HttpClientError | None = None
         self._deadline = math.inf  # by when what the response awaits must come (loop time)
         self._timer: asyncio.TimerHandle | None = None
@@ -193,10 +223,23 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
+        phase = self._phase
+        if phase == IDLE:
+            self.abort()  # nobody asked: whatever it is, it must not answer the next request
+            return
+        if phase >= DONE:
+            self._leftover = phase == DONE  # after the response's end: not reused
+            return
         try:
             self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(ResponseIncomplete("a 101 (switching protocols) nobody asked for"))
         except httptools.HttpParserError as exc:
             self._fail(ResponseIncomplete(f"an answer that is not HTTP/1.1 ({exc})"))
+        if self._phase == WAITING:  # all head: the parser holds it until the head's end
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(ResponseIncomplete(f"a response head over {MAX_HEAD_BYTES} bytes"))
 
     def eof_received(self) -> bool | None:
         return False  # close the transport: connection_lost follows
@@ -204,12 +247,11 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._stop_timer()
-        if self._until_eof and self._head is not None and self._head.done():
+        if self._phase == BODY and self._until_eof:
             self.on_message_complete()  # the body's end is the connection's
-            return
-        if self._head is not None and not self._head.done():
-            self._fail(ConnectionClosed("the connection ended before the response began"))
-        elif self._head is not None and not self._complete:
+        elif self._phase == WAITING:
+            self._fail(ConnectionClosed(_closed_why(exc)))
+        elif self._phase == BODY:
             self._fail(ResponseIncomplete("the connection ended before the response's end"))
 
     def pause_writing(self) -> None:  # a request is one small write: nothing to hold back
@@ -219,11 +261,32 @@ class Connection(asyncio.Protocol):
         pass
 
     # ---------------------------------------------------------------- httptools callbacks
+    # Called only while a request waits for its answer (data_received feeds nothing else); a
+    # message that begins after the answer's end, in the same read, is left over.
+
+    def on_message_begin(self) -> None:
+        if self._phase != WAITING:
+            self._leftover = True
+        self._raw_headers = []
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._phase != WAITING:
+            return
         self._raw_headers.append((name, value))
+        self._header_bytes += len(name) + len(value) + 4
+        if len(self._raw_headers) > MAX_HEADERS:
+            self._fail(ResponseIncomplete(f"a response head of over {MAX_HEADERS} headers"))
+        elif self._header_bytes > MAX_HEAD_BYTES:
+            self._fail(ResponseIncomplete(f"a response head over {MAX_HEAD_BYTES} bytes"))
 
     def on_headers_complete(self) -> None:
+        if self._phase != WAITING:
+            return
+        status = self._parser.get_status_code()
+        if status < 200:  # interim (103 Early Hints, 100 Continue): the answer is still to come
+            if status == 101:
+                self._fail(ResponseIncomplete("a 101 (switching protocols) nobody asked for"))
+            return
         raw = self._raw_headers
         framing = {name.lower(): value for name, value in raw if name.lower() in FRAMING}
         if framing:  # else: a body to the connection's end, neither encoded nor chunked
@@ -234,19 +297,27 @@ class Connection(asyncio.Protocol):
             self._until_eof = not chunked and b"content-length" not in framing
         else:
             self._until_eof = True
+        self._phase = BODY
         head = self._head
         if head is not None and not head.done():
-            head.set_result(Response(self, self._parser.get_status_code(), raw))
+            head.set_result(Response(self, status, raw))
 
     def on_body(self, body: bytes) -> None:
+        if self._phase != BODY:
+            return
+        room = self._pool.max_body_bytes - self._decoded
         if self._decoder is not None:
-            try:
-                body = self._decoder.decompress(body)
+            try:  # inflated at most one byte past the bound: a small bomb stays small
+                body = self._decoder.decompress(body, room + 1)
             except zlib.error:
                 self._fail(ResponseIncomplete("a compressed body that does not decompress"))
                 return
             if not body:
                 return
+        if len(body) > room:
+            self._fail(ResponseTooLarge(self._pool.max_body_bytes))
+            return
+        self._decoded += len(body)
         self._body.append(body)
         self._buffered += len(body)
         if self._buffered > READ_HIGH and not self._paused and self._transport is not None:
@@ -255,13 +326,21 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self._phase != BODY:
+            return  # an interim response's end, or one nobody asked for
         # Asked now: the parser forgets once the message is behind it.
         self._keep_alive = self._parser.should_keep_alive()
         if self._decoder is not None:
+            if self._decoder.unconsumed_tail:  # held back by the bound: the body is too large
+                self._fail(ResponseTooLarge(self._pool.max_body_bytes))
+                return
             tail = self._decoder.flush()
+            if len(tail) > self._pool.max_body_bytes - self._decoded:
+                self._fail(ResponseTooLarge(self._pool.max_body_bytes))
+                return
             if tail:
                 self._body.append(tail)
-        self._complete = True
+        self._phase = DONE
         self._wake()
 
     # ---------------------------------------------------------------- deadlines
@@ -277,7 +356,7 @@ class Connection(asyncio.Protocol):
 
     def _due(self) -> None:
         self._timer, self._timer_at = None, math.inf
-        if self._head is None or self._complete or self.closed:
+        if self._phase not in (WAITING, BODY) or self.closed:
             return  # idle, or the response is all in: nothing is awaited
         if self._deadline <= self._loop.time() + TIMER_SLACK_S:
             self._fail(ResponseTimeout("no answer by the deadline"))
@@ -295,6 +374,7 @@ class Connection(asyncio.Protocol):
         """Send one request; its response once its head is in."""
         assert self._transport is not None
         self._head = self._loop.create_future()
+        self._phase = WAITING
         try:
             self._pool.post(self._transport, head + body if len(body) < 65536 else head)
             if len(body) >= 65536:
@@ -306,7 +386,7 @@ class Connection(asyncio.Protocol):
 
     def all_in(self) -> bool:
         """The whole body has arrived (and nothing went wrong): `take` returns it."""
-        return self._complete and self._error is None
+        return self._phase == DONE
 
     def take(self) -> bytes:
         """What of the body has arrived, at once (all of it, once `all_in`)."""
@@ -323,7 +403,7 @@ class Connection(asyncio.Protocol):
 
     async def body_chunk(self) -> bytes | None:
         while not self._body:
-            if self._complete:
+            if self._phase == DONE:
                 return None
             if self._error is not None:
                 raise self._error
@@ -338,8 +418,9 @@ class Connection(asyncio.Protocol):
         return self.take()
 
     def release(self) -> None:
-        reusable = self._complete and self._keep_alive and not self.closed and self._error is None
-        if not reusable:
+        """Back to the pool only after a final response read to its end, kept alive by the
+        upstream, with nothing after it; any other connection is closed."""
+        if self._phase != DONE or not self._keep_alive or self._leftover or self.closed:
             self.abort()
             return
         self._reset()
@@ -353,20 +434,33 @@ class Connection(asyncio.Protocol):
         self._stop_timer()
         self._pool.forget(self)
 
+    def unread(self) -> bool:
+        """Bytes (or the upstream's close) wait on the socket, not yet read: an idle connection
+        taken from the pool with them would read them as the next request's answer."""
+        transport = self._transport
+        sock = None if transport is None else transport.get_extra_info("socket")
+        if sock is None:
+            return True
+        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        return bool(readable)
+
     # ---------------------------------------------------------------- state
 
     def _reset(self) -> None:
         # The parser stays: it reads the next response of the connection as it read this one.
+        self._phase = IDLE
         self._head = None
         self._raw_headers = []
+        self._head_bytes = self._header_bytes = self._decoded = 0
         self._body.clear()
         self._buffered = 0
         self._decoder = None
-        self._until_eof = self._complete = self._keep_alive = False
+        self._until_eof = self._keep_alive = False
         self._deadline = math.inf  # the timer stays: the next request's deadline may use it
         self.idle_since = time.monotonic()
 
     def _fail(self, error: HttpClientError) -> None:
+        self._phase = FAILED
         if self._error is None:
             self._error = error
         if self._head is not None and not self._head.done():
@@ -391,15 +485,54 @@ def _decoded(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
     return headers
 
 
+# What a failed certificate check means, by OpenSSL's verify code (X509_V_ERR_*).
+CERT_PROBLEMS = {
+    2: "its certificate is signed by an unknown CA",  # unable to get issuer certificate
+    9: "its certificate is not valid yet",
+    10: "its certificate has expired",
+    18: "its certificate is self-signed and not trusted",
+    19: "its certificate is signed by an unknown CA (a self-signed CA in the chain)",
+    20: "its certificate is signed by an unknown CA",  # unable to get local issuer certificate
+    21: "its certificate is signed by an unknown CA",  # unable to verify the first certificate
+    62: "its certificate does not match the host name",
+    64: "its certificate does not match the host name",  # an IP address
+}
+# TLS alerts an upstream sends when it wants a certificate from the gateway: in TLS 1.3 the
+# alert comes after the handshake, when the request is read, so it ends the connection, not the
+# connect.
+CLIENT_CERT_ALERTS = frozenset(
+    {
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "SSLV3_ALERT_HANDSHAKE_FAILURE",
+        "PEER_DID_NOT_RETURN_A_CERTIFICATE",
+    }
+)
+CLIENT_CERT_REQUIRED = "it requires a client certificate"
+
+
 def _why(exc: OSError) -> str:
-    """Why a connection failed, in the system's words ("Connection refused")."""
+    """Why a connection failed, in the system's words ("Connection refused"); for TLS, what
+    was wrong with the upstream's certificate, or that it wants one of the gateway's."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        problem = CERT_PROBLEMS.get(exc.verify_code)
+        return f"TLS: {problem or 'its certificate failed verification'} ({exc.verify_message})"
     if isinstance(exc, ssl.SSLError):
+        if exc.reason in CLIENT_CERT_ALERTS:
+            return f"TLS: {CLIENT_CERT_REQUIRED} ({exc.reason})"
         return f"TLS: {exc.reason or exc}"
     if isinstance(exc, socket.gaierror):
         return exc.strerror or str(exc)
     if exc.errno and exc.errno > 0:
         return os.strerror(exc.errno)
     return str(exc) or type(exc).__name__
+
+
+def _closed_why(exc: Exception | None) -> str:
+    """The words of a connection's end before its response began (a TLS alert says why)."""
+    ended = "the connection ended before the response began"
+    if isinstance(exc, ssl.SSLError):
+        return f"{ended}: {_why(exc)}"
+    return ended
 
 
 class Slots:
@@ -440,10 +573,19 @@ class Slots:
 
 class Pool:
     """Keep-alive connections to one origin, at most `limit` in use at once (a request waits
-    for one beyond that), idle ones closed after `idle_s`."""
+    for one beyond that), idle ones closed after `idle_s`; a response's body, decoded, at most
+    `max_body_bytes`."""
 
-    def __init__(self, url: str, headers: Mapping[str, str], limit: int, idle_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        limit: int,
+        idle_s: float,
+        max_body_bytes: int = MAX_BODY_BYTES,
+    ) -> None:
         self.origin = Origin.of(url)
+        self.max_body_bytes = max_body_bytes
         self.clock = asyncio.get_running_loop().time  # the time deadlines are given in
         self._idle: list[Connection] = []
         self._busy: set[Connection] = set()
@@ -500,7 +642,7 @@ class Pool:
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed and now - conn.idle_since < self._idle_s:
+            if not conn.closed and now - conn.idle_since < self._idle_s and not conn.unread():
                 return conn
             conn.abort()
         return None

@@ -4,8 +4,9 @@ Keys: `type` (openai | fireworks | vllm-server | openai-compatible); `base_url` 
 API root such as https://api.fireworks.ai/inference/v1: requests go to base_url +
 "/completions"); `api_key` (optional, sent as `Authorization: Bearer`); `headers` (optional
 extra static headers); `max_connections` (pool size, default 512); `connect_timeout_s`
-(default 10); `answer_shape` (`vllm-server` only: `vllm`, the default, writes answers as vLLM's
-server does, `openai` in OpenAI's strict shape).
+(default 10); `max_response_bytes` (the most of a response body the gateway reads, once
+decoded, default 64 MiB: a larger answer is a 502); `answer_shape` (`vllm-server` only: `vllm`,
+the default, writes answers as vLLM's server does, `openai` in OpenAI's strict shape).
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ KEYS = (
     "headers",
     "max_connections",
     "connect_timeout_s",
+    "max_response_bytes",
     "answer_shape",
 )
 DEFAULT_MAX_CONNECTIONS = 512
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 USER_AGENT = "completions-gateway"
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 header field name
 # Headers the gateway itself sets: a config value would break the request framing or body.
@@ -44,6 +47,7 @@ class Settings:
     api_key: str
     max_connections: int
     connect_timeout_s: float
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     answer_shape: AnswerShape = "openai"
 
 
@@ -68,6 +72,7 @@ def parse_settings(
         api_key=api_key,
         max_connections=_count(settings.get("max_connections"), f"{path}.max_connections"),
         connect_timeout_s=_seconds(settings.get("connect_timeout_s"), f"{path}.connect_timeout_s"),
+        max_response_bytes=_bytes(settings.get("max_response_bytes"), f"{path}.max_response_bytes"),
         answer_shape=_shape(settings.get("answer_shape"), f"{path}.answer_shape", shapes),
     )
 
@@ -127,6 +132,14 @@ def _count(value: Any, path: str) -> int:
         return DEFAULT_MAX_CONNECTIONS
     if type(value) is not int or value < 1:
         raise ConfigError(path, f"expected an integer >= 1, got {value!r}")
+    return value
+
+
+def _bytes(value: Any, path: str) -> int:
+    if value is None:
+        return DEFAULT_MAX_RESPONSE_BYTES
+    if type(value) is not int or value < 1024:
+        raise ConfigError(path, f"expected a number of bytes >= 1024, got {value!r}")
     return value
 
 

@@ -469,3 +469,105 @@ async def test_slots_are_handed_in_order_and_passed_on_by_a_waiter_called_off() 
     for task in (first, second):
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+# ---------------------------------------------------------------- isolation between exchanges
+
+
+async def test_interim_heads_are_skipped_for_the_final_answer(server: Server) -> None:
+    early = b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n"
+    pool = use(server, answering(server, early + json_answer(b'{"a":1}'), json_answer(b"{}")))
+    first = await post(pool)
+    assert first.status == 200 and "link" not in first.headers
+    assert await whole(first) == b'{"a":1}'
+    assert await whole(await post(pool)) == b"{}"
+    assert server.connections == 1  # read to its end: kept
+
+
+async def test_an_unasked_for_switch_of_protocols_fails(server: Server) -> None:
+    switch = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\n"
+    pool = use(server, answering(server, switch + json_answer(b"{}")))
+    with pytest.raises(http1.ResponseIncomplete, match="101"):
+        await post(pool)
+    assert pool._idle == []
+
+
+async def test_bytes_after_the_answer_keep_the_connection_out_of_the_pool(server: Server) -> None:
+    pool = use(server, answering(server, json_answer(b"{}") + json_answer(b'{"stray":1}')))
+    assert await whole(await post(pool)) == b"{}"
+    assert pool._idle == []
+
+
+async def test_bytes_on_an_idle_connection_close_it(server: Server) -> None:
+    released, sent = asyncio.Event(), asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if await server.request(reader) is None:
+            return
+        writer.write(json_answer(b'{"mine":1}'))
+        await released.wait()
+        writer.write(json_answer(b'{"someone else":1}'))  # nobody asked
+        await writer.drain()
+        sent.set()
+        await reader.read()
+
+    pool = use(server, handle)
+    assert await whole(await post(pool)) == b'{"mine":1}'
+    (conn,) = pool._idle
+    released.set()
+    async with asyncio.timeout(DEADLINE_S):
+        await sent.wait()
+    # Read by then or waiting on the socket: either way it never answers the next request.
+    assert conn.closed or conn.unread()
+    server.handler = answering(server, json_answer(b'{"yours":1}'))
+    assert await whole(await post(pool)) == b'{"yours":1}'
+    assert conn.closed and server.connections == 2
+
+
+async def test_a_decoded_body_past_the_bound_fails(server: Server) -> None:
+    bomb = gzip.compress(b"0" * 100_000)
+    server.handler = answering(
+        server, json_answer(b"x" * 2048), json_answer(bomb, b"content-encoding: gzip\r\n")
+    )
+    pool = http1.Pool(server.url, {}, 4, 30.0, max_body_bytes=1024)
+    for _ in range(2):
+        with pytest.raises(http1.ResponseTooLarge) as caught:
+            await whole(await post(pool))
+        assert caught.value.limit == 1024
+    assert pool._idle == []
+
+
+async def test_a_body_at_the_bound_is_read(server: Server) -> None:
+    server.handler = answering(
+        server, json_answer(gzip.compress(b"1" * 1024), b"content-encoding: gzip\r\n")
+    )
+    pool = http1.Pool(server.url, {}, 4, 30.0, max_body_bytes=1024)
+    assert await whole(await post(pool)) == b"1" * 1024
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        b"".join(b"x-h%d: v\r\n" % i for i in range(http1.MAX_HEADERS + 1)),
+        b"x-big: " + b"v" * http1.MAX_HEAD_BYTES + b"\r\n",
+    ],
+    ids=["count", "size"],
+)
+async def test_an_oversized_head_fails(server: Server, extra: bytes) -> None:
+    pool = use(server, answering(server, json_answer(b"{}", extra)))
+    with pytest.raises(http1.ResponseIncomplete, match="head"):
+        await post(pool)
+
+
+async def test_a_head_that_never_ends_fails_at_the_bound(server: Server) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nx-endless: ")
+        for _ in range(2 * http1.MAX_HEAD_BYTES // 4096):
+            writer.write(b"v" * 4096)
+            await writer.drain()
+        await reader.read()
+
+    pool = use(server, handle)
+    with pytest.raises(http1.ResponseIncomplete, match="head over"):
+        await post(pool)
