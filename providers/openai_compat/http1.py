@@ -190,6 +190,7 @@ class Connection(asyncio.Protocol):
         self._pool = pool
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
+        self._socket: select.poll | None = None  # asks the socket if bytes wait unread
         self._parser = httptools.HttpResponseParser(self)
         self._phase = IDLE
         self._head: asyncio.Future[Response] | None = None
@@ -221,6 +222,10 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's is not a subclass of asyncio's, but has its methods).
         self._transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._socket = select.poll()
+            self._socket.register(sock.fileno(), select.POLLIN)
 
     def data_received(self, data: bytes) -> None:
         phase = self._phase
@@ -437,12 +442,7 @@ class Connection(asyncio.Protocol):
     def unread(self) -> bool:
         """Bytes (or the upstream's close) wait on the socket, not yet read: an idle connection
         taken from the pool with them would read them as the next request's answer."""
-        transport = self._transport
-        sock = None if transport is None else transport.get_extra_info("socket")
-        if sock is None:
-            return True
-        readable, _, _ = select.select([sock.fileno()], [], [], 0)
-        return bool(readable)
+        return self._socket is None or bool(self._socket.poll(0))
 
     # ---------------------------------------------------------------- state
 
