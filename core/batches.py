@@ -1,13 +1,19 @@
 """The Batch API's requests and its `batch` object, as OpenAI defines them: `POST /v1/batches`
 (an input file, the endpoint its lines call, the completion window, metadata), a listing's query,
 and the checks of an input file's lines, each failure naming its line as OpenAI's `errors.data[]`
-does. Whether a line's body is a valid request is the endpoint's to say when the line runs."""
+does. Whether a line's body is a valid request is the endpoint's to say when the line runs.
+
+A batch id is the gateway's own (`new_batch_id`): an id of any other shape names no batch, so it
+is a 404 without the store being asked (`is_batch_id`)."""
 
 from __future__ import annotations
 
+import re
+import secrets
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import orjson
 
@@ -19,6 +25,13 @@ MAX_LINES = 50_000
 MAX_METADATA_KEYS = 16  # OpenAI's: 16 pairs, keys up to 64 characters, values up to 512
 LIST_LIMIT = (1, 100)
 DEFAULT_LIST_LIMIT = 20
+# A failed batch's object keeps this many of its line errors (the first); all of them are in its
+# error file, and `errors.total` says how many there are. 10,000 errors made a 1 MB object.
+MAX_ERRORS_SHOWN = 1_000
+# What new_batch_id makes: the creation time in nanoseconds (16 hex digits until the year 2554)
+# and 8 random ones.
+BATCH_ID = re.compile(r"batch_[0-9a-f]{24}")
+LIMIT_DIGITS = re.compile(r"[0-9]{1,9}")  # ASCII digits only (str.isdigit() takes "²")
 STATUSES = (
     "validating",
     "failed",
@@ -40,6 +53,16 @@ class LineError(TypedDict):
     line: int | None
 
 
+class BatchErrors(TypedDict):
+    """A failed batch's `errors`: OpenAI's list of line errors (the first ones), and `total`,
+    this gateway's extension: how many there are. When the input file fails its checks, all of
+    them are in the batch's error file (`error_file_id`)."""
+
+    object: str  # "list"
+    data: list[LineError]
+    total: NotRequired[int]  # absent from a record stored before it was counted
+
+
 class RequestCounts(TypedDict):
     total: int
     completed: int
@@ -52,7 +75,7 @@ class BatchObject(TypedDict):
     id: str
     object: str  # "batch"
     endpoint: str
-    errors: dict[str, Any] | None  # {"object": "list", "data": [LineError, …]}
+    errors: BatchErrors | None
     input_file_id: str
     completion_window: str
     status: str
@@ -93,13 +116,26 @@ class Line:
         return body
 
 
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    limit: int
+    after: str | None
+
+
 @dataclass(slots=True)
 class Checked:
-    """An input file's lines, or the errors that fail the batch."""
+    """An input file's lines, or the errors that fail the batch: the first MAX_ERRORS_SHOWN of
+    them, and how many there are (a file of 50,000 bad lines is not held as 200,000 errors)."""
 
     lines: list[Line] = field(default_factory=list)
     errors: list[LineError] = field(default_factory=list)
+    error_count: int = 0
     model: str | None = None
+
+    def add(self, errors: list[LineError]) -> None:
+        room = MAX_ERRORS_SHOWN - len(self.errors)
+        self.errors.extend(errors[: max(room, 0)])
+        self.error_count += len(errors)
 
 
 def create_batch(data: Any) -> CreateBatch:
@@ -115,6 +151,29 @@ def create_batch(data: Any) -> CreateBatch:
     return CreateBatch(file_id, endpoint, window, _metadata(data.get("metadata")))
 
 
+def new_batch_id() -> str:
+    return f"batch_{time.time_ns():016x}{secrets.token_hex(4)}"
+
+
+def is_batch_id(value: str) -> bool:
+    """Whether `value` has the shape of an id the gateway makes: nothing else can name a batch
+    (and no path, dot, NUL or over-long name can reach the store)."""
+    return BATCH_ID.fullmatch(value) is not None
+
+
+def list_query(params: Mapping[str, str]) -> ListQuery:
+    """A listing's query. An `after` that is no batch's id (of any shape) starts an empty page,
+    as an id that is not listed does: it is compared with the listed ids, never looked up."""
+    lo, hi = LIST_LIMIT
+    limit = params.get("limit", str(DEFAULT_LIST_LIMIT))
+    if LIMIT_DIGITS.fullmatch(limit) is None or not lo <= int(limit) <= hi:
+        raise InvalidRequest(
+            f"Invalid 'limit': expected an integer from {lo} to {hi}, got '{limit[:40]}'.",
+            param="limit",
+        )
+    return ListQuery(int(limit), params.get("after"))
+
+
 def check_lines(raw_lines: Iterable[bytes], endpoint: str) -> Checked:
     """An input file's lines as OpenAI checks them before running any (LineCheck)."""
     check = LineCheck(endpoint)
@@ -127,7 +186,9 @@ def check_lines(raw_lines: Iterable[bytes], endpoint: str) -> Checked:
 class LineCheck:
     """An input file's lines checked as they are read: JSON objects, a `custom_id` unique in
     the file, `method` POST, `url` the batch's endpoint, a `body` object, one model for the
-    whole file, at most MAX_LINES lines. Blank lines are skipped."""
+    whole file, at most MAX_LINES lines. Blank lines are skipped. After each `feed` (and
+    `done`), `fresh` holds that step's errors and `custom_id` its line's, if it has one: what a
+    reader of the whole list (the batch's error file) takes as it goes."""
 
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
@@ -135,47 +196,54 @@ class LineCheck:
         self.seen: set[str] = set()
         self.number = 0  # lines read, blank ones included
         self.count = 0  # requests
+        self.fresh: list[LineError] = []
+        self.custom_id: str | None = None
 
     def feed(self, raw: bytes) -> bool:
         """The next line; False once the file has too many (the rest need not be read)."""
         self.number += 1
+        self.fresh, self.custom_id = [], None
         if not raw.strip():
             return True
         self.count += 1
         if self.count > MAX_LINES:
             message = f"A batch may have at most {MAX_LINES} requests."
-            self.checked.errors.append(_error("too_many_lines", message, self.number))
+            self._noted([_error("too_many_lines", message, self.number)])
             return False
-        line = _line(raw, self.number, self.endpoint, self.seen, self.checked)
+        line = self._line(raw)
         if line is not None:
             self.checked.lines.append(line)
         return True
 
     def done(self) -> Checked:
+        self.fresh, self.custom_id = [], None
         if self.count == 0:
-            message = "The input file has no requests."
-            self.checked.errors.append(_error("empty_file", message, None))
+            self._noted([_error("empty_file", "The input file has no requests.", None)])
         return self.checked
 
+    def _line(self, raw: bytes) -> Line | None:
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            message = "This line is not parseable as valid JSON."
+            self._noted([_error("invalid_json_line", message, self.number)])
+            return None
+        custom_id = data.get("custom_id")
+        self.custom_id = custom_id if isinstance(custom_id, str) else None
+        problems = _problems(data, self.endpoint, self.seen, self.checked)
+        if problems:
+            for problem in problems:
+                problem["line"] = self.number
+            self._noted(problems)
+            return None
+        self.seen.add(data["custom_id"])
+        return Line(self.number, data["custom_id"], raw)
 
-def _line(raw: bytes, number: int, endpoint: str, seen: set[str], checked: Checked) -> Line | None:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        data = None
-    if not isinstance(data, dict):
-        checked.errors.append(
-            _error("invalid_json_line", "This line is not parseable as valid JSON.", number)
-        )
-        return None
-    problems = _problems(data, endpoint, seen, checked)
-    if problems:
-        for problem in problems:
-            problem["line"] = number
-        checked.errors.extend(problems)
-        return None
-    seen.add(data["custom_id"])
-    return Line(number, data["custom_id"], raw)
+    def _noted(self, errors: list[LineError]) -> None:
+        self.fresh = errors
+        self.checked.add(errors)
 
 
 def _problems(

@@ -1,9 +1,15 @@
 """The Files API's requests and its `file` object, as OpenAI defines them: an upload's form
 fields (`purpose`, `expires_after`), a listing's query (`purpose`, `limit`, `order`, `after`),
-and the object the gateway answers with. Each bad field is a 400 naming it."""
+and the object the gateway answers with. Each bad field is a 400 naming it.
+
+A file id is the gateway's own (`new_file_id`): an id of any other shape names no file, so it is
+a 404 without the store being asked (`is_file_id`)."""
 
 from __future__ import annotations
 
+import re
+import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
@@ -17,6 +23,15 @@ LIST_LIMIT = (1, 10_000)  # OpenAI's range, and its default is the top of it
 ORDERS = ("asc", "desc")
 EXPIRES_ANCHOR = "created_at"
 EXPIRES_SECONDS = (3600, 30 * 24 * 3600)  # one hour to thirty days
+ID_PREFIX = "file-"
+# What new_file_id makes: the creation time in nanoseconds (16 hex digits until the year 2554)
+# and 8 random ones.
+FILE_ID = re.compile(r"file-[0-9a-f]{24}")
+MAX_PURPOSE_CHARS = 64  # a listing's `purpose` filter: longer than any purpose
+# An integer field's digits: an optional minus and at most 18 digits (int() of a longer string
+# is slow, and past 4,300 digits a ValueError); ASCII only (str.isdigit() takes "²", which
+# int() refuses: a 500).
+INTEGER = re.compile(r"-?[0-9]{1,18}")
 
 
 class FileObject(TypedDict):
@@ -65,8 +80,26 @@ def upload(fields: Mapping[str, str]) -> Upload:
     return Upload(purpose, _integer(seconds, "expires_after.seconds", *EXPIRES_SECONDS))
 
 
+def new_file_id() -> str:
+    # Ids sort as the files were made (a listing's order within one second of created_at).
+    return f"{ID_PREFIX}{time.time_ns():016x}{secrets.token_hex(4)}"
+
+
+def is_file_id(value: str) -> bool:
+    """Whether `value` has the shape of an id the gateway makes: nothing else can name a file
+    (and no path, dot, NUL or over-long name can reach the store)."""
+    return FILE_ID.fullmatch(value) is not None
+
+
 def list_query(params: Mapping[str, str]) -> ListQuery:
+    """A listing's query. An `after` that is no file's id (of any shape) starts an empty page,
+    as an id that is not listed does: it is compared with the listed ids, never stored or
+    looked up."""
     purpose = params.get("purpose")
+    if purpose is not None and len(purpose) > MAX_PURPOSE_CHARS:
+        raise InvalidRequest(
+            f"Invalid 'purpose': expected at most {MAX_PURPOSE_CHARS} characters.", param="purpose"
+        )
     order = params.get("order", "desc")
     if order not in ORDERS:
         raise _one_of("order", order, ORDERS)
@@ -82,7 +115,7 @@ def not_found(file_id: str) -> NotFound:
 def _integer(value: str | None, name: str, lo: int, hi: int) -> int:
     if value is None:
         raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
-    if not value.lstrip("-").isdigit() or not lo <= int(value) <= hi:
+    if INTEGER.fullmatch(value) is None or not lo <= int(value) <= hi:
         raise InvalidRequest(
             f"Invalid '{name}': expected an integer from {lo} to {hi}, got '{value[:40]}'.",
             param=name,

@@ -274,7 +274,6 @@ def answer_schemas() -> dict[str, Schema]:
         },
         "required": ["id", "object", "deleted"],
     }
-    line_errors = _list_of({"$ref": REF + "LineError"}, paged=False)
     _refine(
         named,
         "BatchObject",
@@ -282,7 +281,23 @@ def answer_schemas() -> dict[str, Schema]:
         endpoint={"enum": [*batches.ENDPOINTS]},
         completion_window={"enum": [*batches.WINDOWS]},
         status={"enum": [*batches.STATUSES]},
-        errors={"anyOf": [line_errors, {"type": "null"}]},
+    )
+    _refine(
+        named,
+        "BatchErrors",
+        object={"const": "list"},
+        data={
+            "type": "array",
+            "items": {"$ref": REF + "LineError"},
+            "maxItems": batches.MAX_ERRORS_SHOWN,
+        },
+        total={
+            "type": "integer",
+            "minimum": 0,
+            "description": "An extension of this gateway: how many line errors there are "
+            f"(`data` shows the first {batches.MAX_ERRORS_SHOWN}; when the input file failed "
+            "its checks, the error file lists them all).",
+        },
     )
     named["ListBatchesResponse"] = _list_of({"$ref": REF + "BatchObject"}, paged=True)
     # The probes' answers (gateway.handlers): declared here by hand.
@@ -558,7 +573,7 @@ def _files_paths() -> Schema:
         },
     }
     query = [
-        _query("purpose", {"type": "string"}),
+        _query("purpose", {"type": "string", "maxLength": files.MAX_PURPOSE_CHARS}),
         _query("limit", {"type": "integer", "minimum": lo, "maximum": hi, "default": hi}),
         _query("order", {"enum": [*files.ORDERS], "default": "desc"}),
         _query("after", {"type": "string"}, "A file id: the page starts after it."),

@@ -7,6 +7,11 @@ as the batch's key would be served live (the same service functions, routing, li
 providers as a request over HTTP), its answer stored as it comes, then the output and error
 files written. A line the gateway refuses goes to the error file; a rate limit makes the line
 wait, never fail it. A gateway started again finds its batches where they were.
+
+What a caller sends is bounded before it reaches the store: a batch id or an input file id not of
+the shape the gateway makes is a 404 (gateway.batchstore, gateway.filestore); a failed batch's
+object keeps at most MAX_ERRORS_SHOWN line errors (all are in its error file); a listing's page
+stops at PAGE_BYTES.
 """
 
 from __future__ import annotations
@@ -26,23 +31,26 @@ from urllib.parse import parse_qsl
 import orjson
 
 from core.batches import (
-    DEFAULT_LIST_LIMIT,
-    LIST_LIMIT,
+    MAX_ERRORS_SHOWN,
     WINDOWS,
+    BatchErrors,
     BatchObject,
+    Checked,
     Line,
     LineCheck,
     LineError,
     create_batch,
+    list_query,
+    new_batch_id,
 )
 from core.errors import GatewayError, InvalidRequest, NotFound, RateLimited, internal
-from core.files import BATCH_OUTPUT
+from core.files import BATCH_OUTPUT, new_file_id
 from core.wire import parse_json
 from gateway import service
 from gateway.auth import Principal
 from gateway.batchstore import ACTIVE, Answer, BatchStore, Record, lease_name
 from gateway.context import Ids, Inbound, Reply
-from gateway.filestore import file_object, new_file_id, owner_of
+from gateway.filestore import file_object, owner_of
 from gateway.http import JSON_HEADERS, Message, caller_stays
 from gateway.leases import leases_for
 from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
@@ -58,6 +66,10 @@ SERVED: Mapping[str, tuple[Serve, str]] = {
 RATE_LIMIT_WAIT_S = 1.0  # when a refusal does not say how long to wait
 RENEWALS = 6  # a lease is renewed this many times in its term
 CHUNK = 256 * 1024  # an output file is written in pieces of about this size
+# A listing's page ends before its batches pass this many bytes (it has at least one): a page of
+# 100 failed batches, each with its 1,000 errors shown, would be tens of megabytes. `has_more`
+# and `last_id` lead on, as for a page cut at `limit`.
+PAGE_BYTES = 512 * 1024
 
 # ---------------------------------------------------------------- the API
 
@@ -80,7 +92,7 @@ async def create(inbound: Inbound, reply: Reply, principal: Principal, body: byt
     now = int(time.time())
     window = rt.config.batches.window_s or WINDOWS[asked.completion_window]
     batch: BatchObject = {
-        "id": f"batch_{time.time_ns():016x}{secrets.token_hex(4)}",
+        "id": new_batch_id(),
         "object": "batch",
         "endpoint": asked.endpoint,
         "errors": None,
@@ -113,27 +125,31 @@ async def retrieve(inbound: Inbound, reply: Reply, principal: Principal, batch_i
 
 
 async def listing(inbound: Inbound, reply: Reply, principal: Principal) -> None:
-    params = dict(parse_qsl(inbound.query.decode("latin-1")))
-    limit = params.get("limit", str(DEFAULT_LIST_LIMIT))
-    if not limit.isdigit() or not LIST_LIMIT[0] <= int(limit) <= LIST_LIMIT[1]:
-        raise InvalidRequest(
-            f"Invalid 'limit': expected an integer from {LIST_LIMIT[0]} to {LIST_LIMIT[1]}.",
-            param="limit",
-        )
+    """The caller's batches, newest first: `limit` of them, fewer if they would pass
+    PAGE_BYTES. Only the page's records are read."""
+    query = list_query(dict(parse_qsl(inbound.query.decode("latin-1"))))
     store = BatchStore(inbound.runtime.files)
-    records = await store.records(owner_of(principal.key_id))
-    records.sort(key=lambda r: r["batch"]["id"], reverse=True)
-    after = params.get("after")
-    if after is not None:
-        ids = [r["batch"]["id"] for r in records]
-        records = records[ids.index(after) + 1 :] if after in ids else []
-    page = [await shown(store, r) for r in records[: int(limit)]]
+    owner = owner_of(principal.key_id)
+    ids = sorted(await store.ids(owner), reverse=True)
+    if query.after is not None:
+        ids = ids[ids.index(query.after) + 1 :] if query.after in ids else []
+    page: list[tuple[str, orjson.Fragment]] = []
+    size = 0
+    for batch_id in ids[: query.limit]:
+        record = await store.load(owner, batch_id)
+        if record is None:
+            continue  # deleted from the store since it was listed
+        shown_json = orjson.dumps(await shown(store, record))
+        size += len(shown_json)
+        if page and size > PAGE_BYTES:
+            break
+        page.append((batch_id, orjson.Fragment(shown_json)))
     body = {
         "object": "list",
-        "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": len(records) > len(page),
+        "data": [batch for _, batch in page],
+        "first_id": page[0][0] if page else None,
+        "last_id": page[-1][0] if page else None,
+        "has_more": bool(page) and page[-1][0] != ids[-1],
     }
     await reply.respond(200, orjson.dumps(body), JSON_HEADERS)
 
@@ -154,13 +170,22 @@ async def cancel(inbound: Inbound, reply: Reply, principal: Principal, batch_id:
 
 
 async def shown(store: BatchStore, record: Record) -> BatchObject:
-    """The batch as a caller sees it: "cancelling" from the moment a cancel was asked for."""
+    """The batch as a caller sees it: "cancelling" from the moment a cancel was asked for; its
+    errors bounded (a record stored before they were holds them all)."""
     batch = record["batch"]
     if batch["status"] in ("validating", "in_progress", "finalizing"):
         asked = await store.cancel_requested(record)
         if asked is not None:
             return {**batch, "status": "cancelling", "cancelling_at": asked}
+    errors = batch["errors"]
+    if errors is not None and "total" not in errors:
+        return {**batch, "errors": bounded(errors["data"], len(errors["data"]))}
     return batch
+
+
+def bounded(errors: list[LineError], total: int) -> BatchErrors:
+    """A failed batch's `errors`: the first MAX_ERRORS_SHOWN, and how many there are."""
+    return {"object": "list", "data": errors[:MAX_ERRORS_SHOWN], "total": total}
 
 
 async def _owned(rt: Runtime, principal: Principal, batch_id: str) -> Record:
@@ -306,8 +331,8 @@ class Run:
                 break
         checked = check.done()
         if self.batch["status"] == "validating":
-            if checked.errors:
-                await self._failed(checked.errors)
+            if checked.error_count:
+                await self._invalid(checked)
                 return None
             self.batch["request_counts"]["total"] = len(checked.lines)
             await self._enter("in_progress")
@@ -436,14 +461,19 @@ class Run:
             "expired" if expired else "cancelled" if status == "cancelling" else "completed"
         )
 
-    async def _files(self, expired: list[Line]) -> tuple[str | None, str | None]:
-        """The output and error files, streamed from the stored answers (a file is made only if
-        it has a line); `expired`: the lines of an expired batch, of which those without an
-        answer are listed as expired."""
+    async def _file_ids(self) -> dict[str, str]:
+        """The output and error files' ids, chosen once and saved before either is written."""
         ids = self.record.get("files")
         if ids is None:
             ids = self.record["files"] = {"output": new_file_id(), "error": new_file_id()}
             await self.store.save(self.record)
+        return ids
+
+    async def _files(self, expired: list[Line]) -> tuple[str | None, str | None]:
+        """The output and error files, streamed from the stored answers (a file is made only if
+        it has a line); `expired`: the lines of an expired batch, of which those without an
+        answer are listed as expired."""
+        ids = await self._file_ids()
         answered: set[int] = set()
         ok = _Counter(self._stored(True, answered))
         output = await self._file(ok, ids["output"], "output")
@@ -505,10 +535,46 @@ class Run:
             "param": "input_file_id",
             "line": None,
         }
-        await self._failed([gone])
+        await self._failed([gone], 1)
 
-    async def _failed(self, errors: list[LineError]) -> None:
-        self.batch["errors"] = {"object": "list", "data": errors}
+    async def _invalid(self, checked: Checked) -> None:
+        """The input file failed its checks: the batch fails, its object showing the first
+        errors and their count, its error file listing every one (the file read and checked
+        again: the errors are not held)."""
+        ids = await self._file_ids()
+        errors = _Counter(self._line_errors())
+        self.batch["error_file_id"] = await self._file(errors, ids["error"], "error")
+        await self._failed(checked.errors, checked.error_count)
+
+    async def _line_errors(self) -> AsyncIterator[bytes]:
+        """Every error of the input file's lines, a line of the error file each, in OpenAI's
+        form (`error` is the `errors.data` entry; `custom_id` the line's, if it has one)."""
+        try:
+            pieces = await self.rt.files.content(self.record["owner"], self.batch["input_file_id"])
+        except NotFound:  # deleted since it was checked: the batch's object has what was found
+            return
+        check = LineCheck(self.batch["endpoint"])
+        async for raw in _split(pieces):
+            more = check.feed(raw)
+            for error in check.fresh:
+                yield self._error_line(error, check.custom_id)
+            if not more:
+                break
+        check.done()
+        for error in check.fresh:
+            yield self._error_line(error, None)
+
+    def _error_line(self, error: LineError, custom_id: str | None) -> bytes:
+        line = {
+            "id": f"batch_req_{self.runner.next_id()}",
+            "custom_id": custom_id,
+            "response": None,
+            "error": error,
+        }
+        return orjson.dumps(line) + b"\n"
+
+    async def _failed(self, errors: list[LineError], total: int) -> None:
+        self.batch["errors"] = bounded(errors, total)
         await self._enter("failed")
 
 

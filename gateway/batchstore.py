@@ -2,7 +2,8 @@
 (`batches/<owner>/<id>.json`: its `batch` object and the key it runs for) and each finished
 line's answer (under `batches/<owner>/<id>/`, the lines that finished together in one object),
 stored before the line counts as done, so that a gateway started again goes on where it was and
-runs no finished line twice."""
+runs no finished line twice. A batch id a caller sends becomes a name in the store only if it has
+the shape of the ids the gateway makes (`core.batches.BATCH_ID`): any other cannot exist."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import NotRequired, TypedDict
 import obstore
 import orjson
 
-from core.batches import BatchObject
+from core.batches import BatchObject, is_batch_id
 from gateway.filestore import FileStore
 
 ROOT = "batches"
@@ -70,7 +71,8 @@ class BatchStore:
         return out
 
     async def load(self, owner: str, batch_id: str) -> Record | None:
-        if not batch_id.removeprefix("batch_").isalnum():
+        """The batch's record; None for an id of no batch."""
+        if not is_batch_id(batch_id):  # not an id the gateway makes: no such batch, store unasked
             return None
         try:
             found = await obstore.get_async(self.files.store, f"{ROOT}/{owner}/{batch_id}.json")
@@ -81,16 +83,25 @@ class BatchStore:
 
     async def records(self, owner: str) -> list[Record]:
         """The batches of one owner."""
+        out: list[Record] = []
+        for batch_id in await self.ids(owner):
+            record = await self.load(owner, batch_id)
+            if record is not None:
+                out.append(record)
+        return out
+
+    async def ids(self, owner: str) -> list[str]:
+        """The ids of one owner's batches, from the store's listing alone (a listing reads the
+        records of its page only: a failed batch's record may hold a thousand errors)."""
         if not self.files.present():
             return []
         prefix = f"{ROOT}/{owner}/"
-        out: list[Record] = []
+        out: list[str] = []
         async for batch in obstore.list(self.files.store, prefix=prefix):
             for meta in batch:
                 path = meta["path"]
                 if path.endswith(".json") and path.count("/") == 2:
-                    found = await obstore.get_async(self.files.store, path)
-                    out.append(orjson.loads(bytes(await found.bytes_async())))
+                    out.append(path.removeprefix(prefix).removesuffix(".json"))
         return out
 
     async def request_cancel(self, record: Record, at: int) -> None:

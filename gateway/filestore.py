@@ -4,14 +4,15 @@
 Each file is two objects under its owner's prefix: `<owner>/<id>.data` (the bytes, streamed in
 and out, never whole in memory) and `<owner>/<id>.json` (its `file` object, written once the
 bytes are stored, so a listed file is always complete). The owner is a digest of the key's id:
-another key's prefix is not reachable by any id it could send.
+another key's prefix is not reachable by any id it could send. An id a caller sends becomes a
+name in the store only if it has the shape of the ids the gateway makes (`core.files.FILE_ID`):
+any other cannot exist, so it is a 404 before the store is asked.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import secrets
 import time
 from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
@@ -21,10 +22,9 @@ import orjson
 from obstore.store import ObjectStore, from_url
 
 from core.errors import ConfigError, PayloadTooLarge, ServiceUnavailable
-from core.files import FileObject, ListQuery, not_found
+from core.files import FileObject, ListQuery, is_file_id, new_file_id, not_found
 
 URL_SCHEMES = ("file", "s3", "gs", "az", "memory")
-ID_PREFIX = "file-"
 READ_CHUNK = 256 * 1024
 
 
@@ -62,11 +62,6 @@ def check_store(location: str) -> str:
     if directory.exists() or not parent.is_dir():
         raise ConfigError("files.store", f"{directory} is not a directory that can be made")
     return f"the directory {directory} (made when the first file is stored)"
-
-
-def new_file_id() -> str:
-    # Ids sort as the files were made (a listing's order within one second of created_at).
-    return f"{ID_PREFIX}{time.time_ns():016x}{secrets.token_hex(4)}"
 
 
 def owner_of(key_id: str) -> str:
@@ -118,7 +113,9 @@ class FileStore:
         await obstore.put_async(self.store, f"{owner}/{file['id']}.json", orjson.dumps(file))
 
     async def get(self, owner: str, file_id: str) -> FileObject:
-        if not _plain(file_id):
+        """The file's object; a 404 for an id of no file. Every call that takes a caller's id
+        (content, delete, a batch's input file) asks here first."""
+        if not is_file_id(file_id):  # not an id the gateway makes: no such file, store unasked
             raise not_found(file_id)
         try:
             found = await obstore.get_async(self.store, f"{owner}/{file_id}.json")
@@ -195,12 +192,6 @@ class _Counted:
 async def _pieces(stream: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
     async for piece in stream:
         yield bytes(piece)
-
-
-def _plain(file_id: str) -> bool:
-    """An id the gateway could have made: no path can hide in it."""
-    rest = file_id.removeprefix(ID_PREFIX)
-    return file_id.startswith(ID_PREFIX) and rest.isalnum() and len(rest) <= 64
 
 
 def _expired(file: FileObject) -> bool:

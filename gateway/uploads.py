@@ -1,20 +1,27 @@
 """A multipart/form-data upload read as it arrives: the `file` part's bytes are handed on piece
 by piece (to the file store), the other fields are kept (small, bounded), and nothing is held
-whole in memory. python-multipart's streaming parser does the parsing."""
+whole in memory. python-multipart's streaming parser does the parsing.
+
+Everything of the form but the file's bytes is bounded, each excess a 400 or 413 naming the
+field: the boundary (RFC 2046's 70 characters), the parts' headers and the other fields' values
+together (MAX_FIELD_BYTES), the file's name (MAX_FILENAME_CHARS)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from core.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 from gateway.http import ClientGone, Receive
 
-MAX_FIELD_BYTES = 64 * 1024  # all fields but the file, together
+MAX_FIELD_BYTES = 64 * 1024  # all fields but the file, and every part's headers, together
+MAX_BOUNDARY_CHARS = 70  # RFC 2046 (python-multipart's own limit, 256, was a 500)
+MAX_FILENAME_CHARS = 255  # what a file system takes as one name
 FILE_FIELD = "file"
+BOUNDARY_PARAM = "content-type.boundary"
 
 
 @dataclass(slots=True)
@@ -36,9 +43,11 @@ class Form:
         self._headers, self._value, self._name = {}, bytearray(), ""
 
     def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._count(end - start, FILE_FIELD)
         self._header += data[start:end]
 
     def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._count(end - start, FILE_FIELD)
         self._headers[self._header.lower()] = (
             self._headers.get(self._header.lower(), b"") + (data[start:end])
         )
@@ -54,15 +63,26 @@ class Form:
                 raise InvalidRequest("Only one 'file' may be uploaded.", param=FILE_FIELD)
             self.seen_file = True
             self.filename = options.get(b"filename", b"upload").decode("utf-8", "replace")
+            if len(self.filename) > MAX_FILENAME_CHARS:
+                raise InvalidRequest(
+                    f"The file's name is longer than {MAX_FILENAME_CHARS} characters.",
+                    param=FILE_FIELD,
+                )
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         if self._name == FILE_FIELD:
             self.pending.append(data[start:end])
             return
-        self._field_bytes += end - start
-        if self._field_bytes > MAX_FIELD_BYTES:
-            raise PayloadTooLarge("The form's fields are too large.", param=self._name)
+        self._count(end - start, self._name)
         self._value += data[start:end]
+
+    def _count(self, size: int, name: str) -> None:
+        """Bytes of the form that are not the file's, against MAX_FIELD_BYTES; `name`: the
+        field they belong to (`file` for a part's headers: the part's name is not known until
+        they end). python-multipart bounds one part's headers, not how many parts there are."""
+        self._field_bytes += size
+        if self._field_bytes > MAX_FIELD_BYTES:
+            raise PayloadTooLarge("The form's fields are too large.", param=name[:64])
 
     def on_part_end(self) -> None:
         if self._name != FILE_FIELD:
@@ -70,14 +90,22 @@ class Form:
 
 
 def boundary(content_type: str | None) -> bytes:
-    """The multipart boundary of an upload's Content-Type; a 415 for anything else."""
+    """The multipart boundary of an upload's Content-Type; a 415 for anything else, a 400 for a
+    boundary longer than RFC 2046 allows."""
     kind, options = parse_options_header(content_type or "")
     if kind != b"multipart/form-data" or not options.get(b"boundary"):
         raise UnsupportedMediaType(
             f"Content-Type must be multipart/form-data, got '{(content_type or '')[:60]}'.",
             param="content-type",
         )
-    return options[b"boundary"]
+    found = options[b"boundary"]
+    if len(found) > MAX_BOUNDARY_CHARS:
+        raise InvalidRequest(
+            f"Invalid 'boundary' of the Content-Type: expected at most {MAX_BOUNDARY_CHARS} "
+            f"characters (RFC 2046), got {len(found)}.",
+            param=BOUNDARY_PARAM,
+        )
+    return found
 
 
 async def file_bytes(receive: Receive, parser: MultipartParser, form: Form) -> AsyncIterator[bytes]:
@@ -101,7 +129,7 @@ def _parsed(step: Callable[..., object], *args: bytes) -> None:
     """A step of the parser; a body that is not multipart as its header says is a 400."""
     try:
         step(*args)
-    except MultipartParseError as exc:
+    except FormParserError as exc:
         raise InvalidRequest(
             f"The multipart/form-data body cannot be parsed ({exc}).", param=FILE_FIELD
         ) from None

@@ -140,7 +140,15 @@ def test_a_bad_file_fails_the_batch_naming_the_line(sdk: openai.OpenAI) -> None:
         ("invalid_json_line", 3, None),
         ("mismatched_endpoint", 4, "url"),
     ]
+    assert done.errors.model_extra == {"total": 2}  # the gateway's count of them
     assert done.output_file_id is None
+    # The error file has every line error (the object shows the first thousand).
+    errors = lines_of(sdk, done.error_file_id)
+    assert [(x["custom_id"], x["error"]["code"], x["error"]["line"]) for x in errors] == [
+        (None, "invalid_json_line", 3),
+        ("x", "mismatched_endpoint", 4),
+    ]
+    assert {x["response"] for x in errors} == {None}
 
 
 def test_cancel_keeps_what_is_done(

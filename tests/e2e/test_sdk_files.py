@@ -138,6 +138,15 @@ def test_bad_fields_are_400s_naming_them(
     assert list(sdk.files.list()) == []
 
 
+def test_a_file_name_past_255_characters_is_a_400_naming_file(sdk: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as bad:
+        sdk.files.create(file=("n" * 250 + ".jsonl", io.BytesIO(b"{}\n")), purpose="batch")
+    assert bad.value.param == "file"
+    assert list(sdk.files.list()) == []
+    kept = sdk.files.create(file=("n" * 249 + ".jsonl", io.BytesIO(b"{}\n")), purpose="batch")
+    assert len(kept.filename) == 255
+
+
 def test_a_file_past_the_limit_is_a_413_and_is_not_kept(
     gateway: GatewayProcess, sdk: openai.OpenAI, store: Path
 ) -> None:

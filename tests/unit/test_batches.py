@@ -11,15 +11,29 @@ from typing import Any
 import orjson
 import pytest
 
-from core.batches import MAX_LINES, CreateBatch, check_lines, create_batch
+from core.batches import (
+    MAX_ERRORS_SHOWN,
+    MAX_LINES,
+    CreateBatch,
+    LineCheck,
+    check_lines,
+    create_batch,
+    is_batch_id,
+    list_query,
+    new_batch_id,
+)
 from core.errors import InvalidRequest
 from core.files import ListQuery
 from gateway import config
-from gateway.batches import Run, Runner
+from gateway.batches import Run, Runner, shown
 from gateway.batchstore import BatchStore
+from gateway.filestore import file_object
 from gateway.runtime import Runtime
 
 URL = "/v1/chat/completions"
+BATCH_ID = "batch_0000000000000001deadbeef"  # of the shape the gateway makes (new_batch_id)
+# A digit to str.isalnum() (MATHEMATICAL DOUBLE-STRUCK DIGIT ZERO), four bytes in UTF-8.
+WIDE_DIGIT = "\U0001d7d8"
 
 
 def line(custom_id: str = "a", **over: Any) -> bytes:
@@ -98,6 +112,52 @@ def test_an_empty_file_and_too_many_lines() -> None:
     assert [(e["code"], e["line"]) for e in checked.errors] == [("too_many_lines", MAX_LINES + 1)]
 
 
+def test_a_file_of_many_bad_lines_keeps_the_first_errors_and_counts_them() -> None:
+    """10,000 errors held and shown whole made a 1 MB batch object."""
+    n = 3 * MAX_ERRORS_SHOWN
+    checked = check_lines([b"{oops"] * n + [line("a", method="GET", url="/x")], URL)
+    assert len(checked.errors) == MAX_ERRORS_SHOWN and checked.error_count == n + 2
+    assert [e["line"] for e in checked.errors] == list(range(1, MAX_ERRORS_SHOWN + 1))
+
+
+def test_each_lines_errors_are_there_as_it_is_read() -> None:
+    check = LineCheck(URL)
+    steps = []
+    for raw in (line("a"), b"{oops", line("b", method="GET", url="/x"), b""):
+        check.feed(raw)
+        steps.append(([e["code"] for e in check.fresh], check.custom_id))
+    assert steps == [
+        ([], "a"),
+        (["invalid_json_line"], None),
+        (["invalid_method", "mismatched_endpoint"], "b"),
+        ([], None),
+    ]
+    check.done()
+    assert check.fresh == []
+    empty = LineCheck(URL)
+    empty.done()
+    assert [e["code"] for e in empty.fresh] == ["empty_file"]
+
+
+def test_batch_ids_have_the_shape_the_gateway_makes() -> None:
+    assert is_batch_id(new_batch_id())
+    wide = "batch_" + WIDE_DIGIT * 24
+    for odd in ("batch_" + "a" * 500, wide, "batch_..", "", new_batch_id() + "\x00"):
+        assert not is_batch_id(odd), odd
+
+
+@pytest.mark.parametrize("limit", ["0", "101", "²", "٣", "-1", "9" * 5000, "", " 5"])
+def test_a_bad_listing_limit_is_a_400_naming_it(limit: str) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        list_query({"limit": limit})
+    assert exc.value.param == "limit"
+
+
+def test_listing_query() -> None:
+    assert (list_query({}).limit, list_query({}).after) == (20, None)
+    assert list_query({"limit": "100", "after": "x" * 10_000}).limit == 100
+
+
 # ---------------------------------------------------------------- the runner's room for lines
 
 
@@ -153,7 +213,7 @@ async def test_output_files_written_again_replace_the_first(tmp_path: Path) -> N
     rt = Runtime.build(config.parse(text))
     runner = Runner(lambda: rt)
     record: Any = {
-        "batch": {"id": "batch_01", "status": "in_progress", "request_counts": {}},
+        "batch": {"id": BATCH_ID, "status": "in_progress", "request_counts": {}},
         "key_id": "k",
         "owner": "o",
     }
@@ -164,7 +224,7 @@ async def test_output_files_written_again_replace_the_first(tmp_path: Path) -> N
         await store.put_answers(record, [(number, status == 200, orjson.dumps(answer))])
     run = Run(runner, record)
     first = await run._files([])
-    loaded = await store.load("o", "batch_01")
+    loaded = await store.load("o", BATCH_ID)
     assert loaded is not None
     again = await Run(runner, loaded)._files([])
     output_id, error_id = first
@@ -175,3 +235,66 @@ async def test_output_files_written_again_replace_the_first(tmp_path: Path) -> N
     assert sorted(orjson.loads(x)["custom_id"] for x in output.splitlines()) == ["c1", "c3"]
     assert record["batch"]["request_counts"] == {"completed": 2, "failed": 1}
     await runner.leases.aclose()
+
+
+# ---------------------------------------------------------------- a file that fails its checks
+
+
+@pytest.mark.asyncio
+async def test_a_failed_batch_shows_1000_errors_and_its_error_file_has_them_all(
+    tmp_path: Path,
+) -> None:
+    text = f"auth: {{keys: []}}\nfiles: {{store: {tmp_path}, max_bytes: 1000000}}\n"
+    rt = Runtime.build(config.parse(text))
+    runner = Runner(lambda: rt)
+    n = MAX_ERRORS_SHOWN + 500
+    content = b"\n".join([line("ok")] + [line(f"c{i}", method="GET") for i in range(n)])
+
+    async def chunks() -> Any:
+        for at in range(0, len(content), 1000):  # lines spread over pieces
+            yield content[at : at + 1000]
+
+    file_id, size = await rt.files.put("o", chunks())
+    await rt.files.describe("o", file_object(file_id, size, "in.jsonl", "batch", None))
+    batch: Any = {
+        "id": BATCH_ID,
+        "endpoint": URL,
+        "input_file_id": file_id,
+        "status": "validating",
+        "errors": None,
+        "request_counts": {"total": 0, "completed": 0, "failed": 0},
+    }
+    record: Any = {"batch": batch, "key_id": "k", "owner": "o"}
+    await Run(runner, record).carry_out()
+    loaded = await BatchStore(rt.files).load("o", BATCH_ID)
+    assert loaded is not None
+    done = loaded["batch"]
+    assert done["status"] == "failed" and done["errors"] is not None
+    assert len(done["errors"]["data"]) == MAX_ERRORS_SHOWN and done["errors"]["total"] == n
+    assert done["error_file_id"] is not None
+    raw = b"".join([p async for p in await rt.files.content("o", done["error_file_id"])])
+    got = [orjson.loads(x) for x in raw.splitlines()]
+    assert [(x["custom_id"], x["error"]["line"], x["error"]["code"]) for x in got] == [
+        (f"c{i}", i + 2, "invalid_method") for i in range(n)
+    ]
+    assert {x["response"] for x in got} == {None}
+    assert (await rt.files.get("o", done["error_file_id"]))["purpose"] == "batch_output"
+    await runner.leases.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_batch_stored_with_all_its_errors_is_shown_with_the_first(tmp_path: Path) -> None:
+    """A record written before the errors were bounded: its object is bounded when shown."""
+    store = BatchStore(
+        Runtime.build(config.parse(f"auth: {{keys: []}}\nfiles: {{store: {tmp_path}}}\n")).files
+    )
+    error = {"code": "invalid_json_line", "message": "m", "param": None, "line": 1}
+    batch: Any = {
+        "id": BATCH_ID,
+        "status": "failed",
+        "errors": {"object": "list", "data": [error] * (MAX_ERRORS_SHOWN * 2)},
+    }
+    seen = await shown(store, {"batch": batch, "key_id": "k", "owner": "o"})
+    assert seen["errors"] is not None
+    assert len(seen["errors"]["data"]) == MAX_ERRORS_SHOWN
+    assert seen["errors"]["total"] == MAX_ERRORS_SHOWN * 2

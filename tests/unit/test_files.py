@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.errors import (
     ConfigError,
@@ -16,13 +18,26 @@ from core.errors import (
     NotFound,
     PayloadTooLarge,
     ServiceUnavailable,
+    UnsupportedMediaType,
 )
-from core.files import ListQuery, list_query, upload
+from core.files import ListQuery, is_file_id, list_query, new_file_id, upload
 from gateway import config
 from gateway.batchstore import BatchStore
 from gateway.filestore import FileStore, check_store, file_object, owner_of
 from gateway.http import Message
-from gateway.uploads import Form, file_bytes, parser_for
+from gateway.uploads import (
+    BOUNDARY_PARAM,
+    MAX_BOUNDARY_CHARS,
+    MAX_FIELD_BYTES,
+    MAX_FILENAME_CHARS,
+    Form,
+    file_bytes,
+    parser_for,
+)
+
+# A digit to str.isalnum() (MATHEMATICAL DOUBLE-STRUCK DIGIT ZERO), four bytes in UTF-8.
+WIDE_DIGIT = "\U0001d7d8"
+
 
 # ---------------------------------------------------------------- the requests
 
@@ -78,6 +93,52 @@ def test_list_query() -> None:
         with pytest.raises(InvalidRequest) as exc:
             list_query(params)
         assert exc.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"limit": "²"}, "limit"),  # str.isdigit() takes it, int() does not: it was a 500
+        ({"limit": "--5"}, "limit"),  # "-" stripped, then int() refused it: a 500
+        ({"limit": "9" * 5000}, "limit"),  # past int()'s 4,300 digits: a 500
+        ({"limit": "٣"}, "limit"),
+        ({"purpose": "p" * 65}, "purpose"),
+    ],
+)
+def test_odd_listing_queries_are_400s_naming_them(params: dict[str, str], param: str) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        list_query(params)
+    assert exc.value.param == param
+
+
+def test_an_after_of_no_file_starts_an_empty_page() -> None:
+    """It is only compared with the listed ids: any string will do, none reaches the store."""
+    for after in ("../x", "\x00", "file-" + "a" * 10_000):
+        assert list_query({"after": after}).after == after
+
+
+@pytest.mark.parametrize("seconds", ["²", "--3600", "3" * 5000, " 3600"])
+def test_odd_expiry_seconds_are_400s(seconds: str) -> None:
+    fields = {"purpose": "batch", "expires_after[anchor]": "created_at"}
+    with pytest.raises(InvalidRequest) as exc:
+        upload({**fields, "expires_after[seconds]": seconds})
+    assert exc.value.param == "expires_after.seconds"
+
+
+def test_file_ids_have_the_shape_the_gateway_makes() -> None:
+    assert is_file_id(new_file_id())
+    made = new_file_id()
+    for odd in (
+        "file-" + "a" * 24 + "\x00",
+        "file-" + "A" * 24,
+        "file-" + WIDE_DIGIT * 24,  # of 96 bytes
+        "file-" + "a" * 500,
+        made + "/../x",
+        made[:-1],
+        "",
+        "../" + made,
+    ):
+        assert not is_file_id(odd), odd
 
 
 def test_the_files_block() -> None:
@@ -160,6 +221,38 @@ async def test_the_store(tmp_path: Path) -> None:
     assert (listed, more) == ([], False)
 
 
+ODD_IDS = st.one_of(
+    st.text(max_size=300),
+    st.text(alphabet=st.sampled_from("./%\\\x00:e2fF-_"), max_size=40),
+    st.builds(lambda s: "file-" + s, st.text(max_size=600)),
+    st.builds(lambda s: "batch_" + s, st.text(max_size=600)),
+    st.integers(1, 10_000).map(lambda n: "file-" + "a" * n),
+    st.integers(1, 10_000).map(lambda n: "batch_" + WIDE_DIGIT * n),
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(odd=ODD_IDS)
+@pytest.mark.asyncio
+@pytest.mark.parametrize("where", ["directory", "memory:///"])
+async def test_an_odd_id_is_a_404_on_every_store(tmp_path: Path, where: str, odd: str) -> None:
+    """Ids of any characters and length (NUL, slashes, dots, %-encodings, 10,000 characters):
+    a file's is a 404 and a batch's is None, never the store's own error (a 500)."""
+    files = FileStore(str(tmp_path) if where == "directory" else where, max_bytes=10)
+    file_id, _ = await files.put("o", pieces(b"x"))  # the store is there: the ids are looked for
+    await files.describe("o", file_object(file_id, 1, "a", "batch", None))
+    for call in (files.get, files.content, files.delete):
+        with pytest.raises(NotFound) as exc:
+            await call("o", odd)
+        assert exc.value.param == "id" and len(exc.value.message) < 150
+    assert await BatchStore(files).load("o", odd) is None
+    assert (await files.get("o", file_id))["id"] == file_id
+
+
 @pytest.mark.asyncio
 async def test_an_expired_file_is_gone(tmp_path: Path) -> None:
     files = FileStore(str(tmp_path), max_bytes=10)
@@ -213,6 +306,83 @@ async def test_a_body_that_is_not_multipart_is_a_400_naming_file(body: bytes) ->
     assert exc.value.param == "file" and "cannot be parsed" in exc.value.message
 
 
+def form(*parts: bytes, boundary: bytes = b"XyZ") -> bytes:
+    return b"".join(b"--" + boundary + b"\r\n" + part + b"\r\n" for part in parts) + (
+        b"--" + boundary + b"--\r\n"
+    )
+
+
+FILE_PART = b'Content-Disposition: form-data; name="file"; filename="a"\r\n\r\nx'
+
+
+@pytest.mark.parametrize("length", [MAX_BOUNDARY_CHARS + 1, 256, 300, 10_000])
+def test_a_long_boundary_is_a_400_naming_it(length: int) -> None:
+    """python-multipart refuses one over 256 characters with its own error: that was a 500."""
+    with pytest.raises(InvalidRequest) as exc:
+        parser_for(f"multipart/form-data; boundary={'b' * length}", Form())
+    assert exc.value.param == BOUNDARY_PARAM and "boundary" in exc.value.message
+
+
+@pytest.mark.asyncio
+async def test_the_longest_boundary_is_read() -> None:
+    boundary = b"b" * MAX_BOUNDARY_CHARS
+    body = form(FILE_PART, boundary=boundary)
+    got = Form()
+    parser = parser_for(f"multipart/form-data; boundary={boundary.decode()}", got)
+    assert b"".join([c async for c in file_bytes(receiver(body, 7), parser, got)]) == b"x"
+
+
+@pytest.mark.asyncio
+async def test_a_long_file_name_is_a_400_naming_file() -> None:
+    named = b'Content-Disposition: form-data; name="file"; filename="%s"\r\n\r\nx'
+    got = Form()
+    parser = parser_for("multipart/form-data; boundary=XyZ", got)
+    body = form(named % (b"n" * (MAX_FILENAME_CHARS + 1)))
+    with pytest.raises(InvalidRequest) as exc:
+        _ = [c async for c in file_bytes(receiver(body, 4096), parser, got)]
+    assert exc.value.param == "file" and "name" in exc.value.message
+    got = Form()
+    parser = parser_for("multipart/form-data; boundary=XyZ", got)
+    body = form(named % (b"n" * MAX_FILENAME_CHARS))
+    _ = [c async for c in file_bytes(receiver(body, 4096), parser, got)]
+    assert got.filename == "n" * MAX_FILENAME_CHARS
+
+
+@pytest.mark.asyncio
+async def test_many_small_fields_are_bounded_too() -> None:
+    """Each part's headers count against the fields' bytes (python-multipart bounds one part's
+    headers, not how many parts there are): ten thousand empty fields are a 413, not kept."""
+    empty = [b'Content-Disposition: form-data; name="f%d"\r\n\r\n' % i for i in range(10_000)]
+    got = Form()
+    parser = parser_for("multipart/form-data; boundary=XyZ", got)
+    with pytest.raises(PayloadTooLarge):
+        _ = [c async for c in file_bytes(receiver(form(*empty), 65_536), parser, got)]
+    assert len(got.fields) < MAX_FIELD_BYTES // 40
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    content_type=st.one_of(
+        st.text(alphabet=st.characters(max_codepoint=255), max_size=120),
+        st.builds(
+            lambda s: "multipart/form-data; " + s,
+            st.text(alphabet=st.characters(max_codepoint=255), max_size=400),
+        ),
+    ),
+    body=st.binary(max_size=600),
+)
+@pytest.mark.asyncio
+async def test_any_content_type_and_body_is_a_4xx_or_read(content_type: str, body: bytes) -> None:
+    """Whatever the Content-Type's parameters (latin-1, as headers are decoded) and the body:
+    the form is read, or it is one of the gateway's 4xx errors, never the parser's own."""
+    got = Form()
+    try:
+        parser = parser_for(content_type, got)
+        _ = [c async for c in file_bytes(receiver(body or b"", 64), parser, got)]
+    except (InvalidRequest, PayloadTooLarge, UnsupportedMediaType) as exc:
+        assert 400 <= exc.status < 500
+
+
 @pytest.mark.asyncio
 async def test_a_store_that_cannot_be_made_is_a_503(tmp_path: Path) -> None:
     blocked = tmp_path / "a-file"
@@ -226,22 +396,23 @@ async def test_a_store_that_cannot_be_made_is_a_503(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- batches' records and leases
 
 
-def record(batch_id: str = "batch_0001") -> Any:
+ONE, TWO = "batch_0000000000000001deadbeef", "batch_0000000000000002deadbeef"
+
+
+def record(batch_id: str = ONE) -> Any:
     return {"batch": {"id": batch_id, "status": "in_progress"}, "key_id": "k", "owner": "o"}
 
 
 @pytest.mark.asyncio
 async def test_records_lines_and_cancel_markers(tmp_path: Path) -> None:
     store = BatchStore(FileStore(str(tmp_path), max_bytes=10))
-    one, two = record("batch_0001"), record("batch_0002")
+    one, two = record(ONE), record(TWO)
     for r in (one, two):
         await store.save(r)
-    assert sorted(r["batch"]["id"] for r in await store.records("o")) == [
-        "batch_0001",
-        "batch_0002",
-    ]
-    assert await store.load("o", "batch_0001") == one
-    assert await store.load("o", "../x") is None and await store.load("p", "batch_0001") is None
+    assert sorted(r["batch"]["id"] for r in await store.records("o")) == [ONE, TWO]
+    assert sorted(await store.ids("o")) == [ONE, TWO]
+    assert await store.load("o", ONE) == one
+    assert await store.load("o", "../x") is None and await store.load("p", ONE) is None
     await store.put_answers(one, [(3, True, b'"three"'), (1, False, b'"one"')])
     await store.put_answers(one, [(4, True, b'"four"'), (1, True, b'"one again"')])  # run twice
     assert await store.finished(one) == {1, 3, 4}
@@ -250,10 +421,10 @@ async def test_records_lines_and_cancel_markers(tmp_path: Path) -> None:
     assert (4, True, b'"four"') in answers
     assert await store.finished(two) == set()
     assert await store.under_way() == []  # saved "in_progress", never "validating": not new
-    validating: Any = {**two, "batch": {"id": "batch_0002", "status": "validating"}}
+    validating: Any = {**two, "batch": {"id": TWO, "status": "validating"}}
     await store.save(validating)
-    assert [r["batch"]["id"] for r in await store.under_way()] == ["batch_0002"]
-    completed: Any = {**two, "batch": {"id": "batch_0002", "status": "completed"}}
+    assert [r["batch"]["id"] for r in await store.under_way()] == [TWO]
+    completed: Any = {**two, "batch": {"id": TWO, "status": "completed"}}
     await store.save(completed)
     assert await store.under_way() == []
     assert await store.cancel_requested(one) is None
