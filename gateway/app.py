@@ -16,6 +16,7 @@ from gateway import handlers, process
 from gateway.batches import Runner
 from gateway.config import Config
 from gateway.context import Ids, Inbound, Reply
+from gateway.exporter import Exporter
 from gateway.handlers import Endpoint, Handler
 from gateway.http import Receive, Scope, Send, header_map, watched
 from gateway.metrics import Metrics
@@ -123,10 +124,15 @@ def create_app(
     `watch`: the config file `config` was read from, reloaded on SIGHUP and when it changes.
     `build`: how a provider is built from its config block.
     `workers`: the serving processes of `gateway serve`, which a reloaded config must suit."""
-    runtime = Runtime.build(config, Metrics(config.metrics.enabled), build)
+    runtime = Runtime.build(
+        config, Metrics(config.metrics.enabled, config.metrics.min_interval_s), build
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        exporter = _exporter(app)
+        if exporter is not None:  # first: a taken address fails the start before the engine
+            await exporter.start(reuse_port=workers > 1)
         await runtime.start()
         runner = Runner(lambda: app.runtime) if serving_process else None
         if runner is not None:
@@ -139,6 +145,8 @@ def create_app(
         try:
             yield
         finally:
+            if exporter is not None:
+                await exporter.stop()
             if runner is not None:
                 await runner.stop()  # lines in flight run again at the next start
             if reloader is not None:
@@ -148,3 +156,15 @@ def create_app(
 
     app = GatewayApp(runtime, Starlette(lifespan=lifespan))
     return app
+
+
+def _exporter(app: GatewayApp) -> Exporter | None:
+    """The metrics listener of `metrics.listen` (read at start, as a reload keeps it), checking
+    keys against the runtime of the moment."""
+    config = app.runtime.config.metrics
+    if config.listen is None:
+        return None
+    authorize = (
+        (lambda headers: app.runtime.auth.authenticate(headers)) if config.require_key else None
+    )
+    return Exporter(config, app.runtime.metrics.scrape, authorize)

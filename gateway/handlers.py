@@ -216,10 +216,16 @@ async def readyz(inbound: Inbound, reply: Reply) -> None:
 
 
 async def metrics(inbound: Inbound, reply: Reply) -> None:
-    m = inbound.runtime.metrics
-    if not m.enabled:
+    """/metrics on the API port, unless it has a listener of its own (gateway.exporter); with
+    metrics.require_key, for any configured key."""
+    rt = inbound.runtime
+    if not rt.metrics.enabled:
         raise NotFound("Metrics are disabled (metrics.enabled: false).")
-    body, ctype = m.render()
+    if rt.config.metrics.listen is not None:
+        raise NotFound(f"Unknown path {inbound.method} {inbound.path[:200]}.")
+    if rt.config.metrics.require_key:
+        rt.auth.authenticate(inbound.headers)
+    body, ctype = await rt.metrics.scrape()
     await reply.respond(200, body, [(b"content-type", ctype.encode())])
 
 

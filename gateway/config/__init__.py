@@ -9,6 +9,7 @@ builds the providers from the blocks (gateway.runtime).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -48,6 +49,7 @@ __all__ = [
     "ModelConfig",
     "ProviderConfig",
     "ServerConfig",
+    "ServerTimeouts",
     "load",
     "parse",
 ]
@@ -63,12 +65,30 @@ _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 @dataclass(frozen=True, slots=True)
+class ServerTimeouts:
+    """The listener's timeouts, in seconds (a 408 for the first two, once no answer has begun)."""
+
+    head_s: float = 10.0  # from a request's first byte until its head is complete
+    body_s: float = 30.0  # the longest wait for a body's next bytes while the app waits for them
+    keep_alive_s: float = 5.0  # an idle connection is closed after it
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     max_body_bytes: int = 4 * 1024 * 1024
     limits: RequestLimits = field(default_factory=RequestLimits)
     watch_config_s: float = 2.0  # seconds between checks of the file for changes; 0: none
+    # The listener's limits, read at start (a reload keeps the running ones). A request's line
+    # and headers together, and its count of headers: a 431 past them.
+    max_head_bytes: int = 65536
+    max_headers: int = 100
+    # Open connections per serving process; past it, requests are answered 503 (uvicorn's
+    # limit_concurrency). 2048: uvicorn's default listen backlog; with what one connection may
+    # hold (a head, 64 KB, and a body buffered before reading pauses, 64 KB), 256 MB at most.
+    max_connections: int = 2048
+    timeouts: ServerTimeouts = field(default_factory=ServerTimeouts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +112,14 @@ class ProviderConfig:
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
     enabled: bool = True
+    # host and port of a listener of its own for /metrics (the API port then answers 404 there)
+    listen: tuple[str, int] | None = None
+    require_key: bool = False  # a scrape must present one of auth.keys, wherever it is served
+    # How long a render's text answers the scrapes after it (0: none; scrapes during a render
+    # share it all the same).
+    min_interval_s: float = 0.0
+    max_connections: int = 32  # the listener's open connections; more are answered 503
+    timeout_s: float = 10.0  # the listener's time for a request head, and for writing an answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,16 +234,50 @@ def _env(match: re.Match[str], path: str) -> str:
 
 
 def _server(s: Mapping[str, Any]) -> ServerConfig:
-    known(s, "server", ("host", "port", "max_body_bytes", "limits", "watch_config_s"))
+    known(s, "server", ServerConfig.__dataclass_fields__)
     lim = mapping(s.get("limits", {}), "server.limits")
     known(lim, "server.limits", RequestLimits.__dataclass_fields__)
+    d = ServerConfig()
     return ServerConfig(
         host=text(s.get("host", "127.0.0.1"), "server.host"),
         port=integer(s.get("port", 8080), "server.port", 0, 65535),
         max_body_bytes=integer(s.get("max_body_bytes", 4 << 20), "server.max_body_bytes", 1024),
         limits=RequestLimits(**{k: integer(v, f"server.limits.{k}", 1) for k, v in lim.items()}),
         watch_config_s=nonnegative(s.get("watch_config_s", 2.0), "server.watch_config_s"),
+        max_head_bytes=integer(
+            s.get("max_head_bytes", d.max_head_bytes), "server.max_head_bytes", *HEAD_BYTES
+        ),
+        max_headers=integer(s.get("max_headers", d.max_headers), "server.max_headers", *HEADERS),
+        max_connections=integer(
+            s.get("max_connections", d.max_connections), "server.max_connections", 1
+        ),
+        timeouts=_timeouts(mapping(s.get("timeouts", {}), "server.timeouts")),
     )
+
+
+# What server.max_head_bytes and server.max_headers may be: a head of 1 KB fits any client's
+# request; past 1 MB the parser would again hold the event loop for long (gateway/protocol.py).
+HEAD_BYTES = (1024, 1 << 20)
+HEADERS = (1, 10_000)
+
+
+def _timeouts(t: Mapping[str, Any]) -> ServerTimeouts:
+    path = "server.timeouts"
+    known(t, path, ServerTimeouts.__dataclass_fields__)
+    d = ServerTimeouts()
+    return ServerTimeouts(
+        **{
+            k: _seconds(t.get(k, getattr(d, k)), f"{path}.{k}")
+            for k in ServerTimeouts.__dataclass_fields__
+        }
+    )
+
+
+def _seconds(v: Any, path: str) -> float:
+    """A timer's seconds: more than 0 (a timer of 0 would fire without end), and finite."""
+    if nonnegative(v, path) == 0:
+        raise ConfigError(path, "expected a number > 0")
+    return float(v)
 
 
 def _keys(
@@ -348,8 +410,47 @@ def _circuits(c: Mapping[str, Any]) -> CircuitPolicy:
 
 
 def _metrics(m: Mapping[str, Any]) -> MetricsConfig:
-    known(m, "metrics", ("enabled",))
-    return MetricsConfig(enabled=boolean(m.get("enabled", True), "metrics.enabled"))
+    path = "metrics"
+    known(m, path, MetricsConfig.__dataclass_fields__)
+    d = MetricsConfig()
+    enabled = boolean(m.get("enabled", d.enabled), f"{path}.enabled")
+    listen = None if m.get("listen") is None else _address(m["listen"], f"{path}.listen")
+    if listen is not None and not enabled:
+        raise ConfigError(f"{path}.listen", "metrics are disabled (metrics.enabled: false)")
+    return MetricsConfig(
+        enabled=enabled,
+        listen=listen,
+        require_key=boolean(m.get("require_key", d.require_key), f"{path}.require_key"),
+        min_interval_s=nonnegative(
+            m.get("min_interval_s", d.min_interval_s), f"{path}.min_interval_s"
+        ),
+        max_connections=integer(
+            m.get("max_connections", d.max_connections), f"{path}.max_connections", 1, 10_000
+        ),
+        timeout_s=number(m.get("timeout_s", d.timeout_s), f"{path}.timeout_s"),
+    )
+
+
+def _address(v: Any, path: str) -> tuple[str, int]:
+    """`host:port`, an IPv6 address in brackets (`[::1]:9464`)."""
+    host, _, port = text(v, path).rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if not _is_ipv6(host):
+            raise ConfigError(path, f"{host!r} in brackets is not an IPv6 address")
+    elif not host or ":" in host or not re.fullmatch(r"[A-Za-z0-9.-]+", host):
+        raise ConfigError(path, "expected host:port, e.g. 127.0.0.1:9464 (IPv6: [::1]:9464)")
+    if not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
+        raise ConfigError(path, f"expected a port from 1 to 65535 after the host, got {port!r}")
+    return host, int(port)
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
 
 
 STORE_SCHEMES = ("file", "s3", "gs", "az", "memory")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import httpx
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -37,7 +38,7 @@ from tests.deploy.chart import (
 )
 from tests.deploy.crds import SCHEMAS
 from tests.gateway_proc import GatewayProcess
-from tests.upstreams.procs import REPO_ROOT
+from tests.upstreams.procs import REPO_ROOT, free_port
 
 KUBE_VERSIONS = ("1.25.0", "1.37.0")  # Chart.yaml's kubeVersion floor, and the newest schemas
 REDIS_NAME = f"{FULLNAME}-redis"
@@ -153,6 +154,7 @@ def test_check_config_refuses_a_config_whose_variable_the_pod_lacks(
 def test_the_chart_decides_address_port_and_keeps_the_rest(rendered: dict[str, Objects]) -> None:
     cfg = yaml.safe_load(gateway_config(rendered["default"]))
     assert cfg["server"] == {"host": "0.0.0.0", "port": 8080}
+    assert cfg["metrics"] == {"enabled": True, "listen": "0.0.0.0:9464"}  # not on the API port
     defaults = values_of_chart()["config"]
     assert cfg["models"] == defaults["models"] and cfg["providers"] == defaults["providers"]
     assert cfg["rate_limit"] == {"on_backend_error": "local"}  # no Redis: counted per pod
@@ -415,17 +417,24 @@ def test_several_pods_share_an_object_store(rendered: dict[str, Objects]) -> Non
 
 
 def test_monitoring_objects(rendered: dict[str, Objects]) -> None:
+    """The ServiceMonitor scrapes the metrics Service (ClusterIP), whose port is the pods' metrics
+    port, where the gateway's metrics.listen listens; the API's Service carries no metrics."""
     objs = rendered["monitoring"]
-    service = objs[("Service", FULLNAME)]
+    api, service = objs[("Service", FULLNAME)], objs[("Service", f"{FULLNAME}-metrics")]
     monitor = objs[("ServiceMonitor", FULLNAME)]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert (
-        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    )
+    selector = monitor["spec"]["selector"]["matchLabels"].items()
+    assert selector <= service["metadata"]["labels"].items()
+    assert not selector <= api["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
-    assert (
-        endpoint["port"] == service["spec"]["ports"][0]["name"] and endpoint["path"] == "/metrics"
-    )
+    (port,) = service["spec"]["ports"]
+    assert endpoint["port"] == port["name"] and endpoint["path"] == "/metrics"
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["selector"] == api["spec"]["selector"]  # the gateway's pods
+    ports = {p["name"]: p["containerPort"] for p in container(objs)["ports"]}
+    listen = yaml.safe_load(gateway_config(objs))["metrics"]["listen"]
+    assert port["targetPort"] == "metrics" and listen == f"0.0.0.0:{ports['metrics']}"
+    assert [p["name"] for p in api["spec"]["ports"]] == ["http"]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
     rules = objs[("PrometheusRule", FULLNAME)]["spec"]
     alerts = yaml.safe_load((REPO_ROOT / "deploy" / "prometheus" / "alerts.yaml").read_text())
@@ -436,6 +445,15 @@ def test_monitoring_objects(rendered: dict[str, Objects]) -> None:
     assert json.loads(dashboard["data"]["completions-gateway.json"]) == shipped
     for kind in ("ServiceMonitor", "PrometheusRule"):
         assert not any(k == kind for k, _ in rendered["default"])
+
+
+def test_without_metrics_no_listener_port_or_service(chart: helm.Chart) -> None:
+    config = values_of_chart()["config"] | {"metrics": {"enabled": False}}
+    objs = render(chart, {"config": config})
+    assert yaml.safe_load(gateway_config(objs))["metrics"] == {"enabled": False}
+    assert [p["name"] for p in container(objs)["ports"]] == ["http"]
+    assert ("Service", f"{FULLNAME}-metrics") not in objs
+    assert "Metrics: off" in notes(chart, {"config": config})
 
 
 # ---------------------------------------------------------------- refused values
@@ -474,6 +492,9 @@ SHARED = {"files": {"store": "s3://b/p"}, "redis": {"enabled": True}}
         ({"replicaCount": 2, "files": {"store": "s3://b/p"}},
          "with replicaCount 2, batches are leased through Redis"),
         ({"gateway": {"workers": 0}}, "/gateway/workers"),
+        ({"metrics": {"port": 0}}, "/metrics/port"),
+        ({"serviceMonitor": {"enabled": True}, "config": {"metrics": {"enabled": False},
+          "models": {}}}, "serviceMonitor.enabled: config.metrics.enabled is false"),
         ({"gateway": {"workers": 2}}, "config.auth.keys[0] sets rate limits: with "
          "gateway.workers 2, use the redis rate-limit backend"),
         ({"gateway": {"workers": 2}, "config": {"auth": {"keys": [{"id": "a", "key": "k"}]},
@@ -511,10 +532,16 @@ def test_the_rendered_config_serves_and_the_helm_test_pod_checks_it(
     assert check["envFrom"] == container(objs)["envFrom"]
     script = check["command"][-1]
     env = pod_env(objs)
-    with GatewayProcess(gateway_config(objs), tmp_path, env=env) as gw:
+    cfg = yaml.safe_load(gateway_config(objs))
+    metrics_port = free_port()  # the pod's 0.0.0.0:9464, here on loopback
+    cfg["metrics"]["listen"] = f"127.0.0.1:{metrics_port}"
+    with GatewayProcess(yaml.safe_dump(cfg), tmp_path, env=env) as gw:
         good, wrong = (run_script(script, gw.url, key) for key in (env["GATEWAY_API_KEY"], "sk-x"))
+        assert httpx.get(f"{gw.url}/metrics").status_code == 404
+        scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics")
     assert good.returncode == 0 and "models: default" in good.stdout, good.stderr
     assert wrong.returncode == 1 and "HTTP Error 401" in wrong.stderr
+    assert scraped.status_code == 200 and "gateway_requests_total" in scraped.text
 
 
 def run_script(script: str, url: str, key: str) -> subprocess.CompletedProcess[str]:

@@ -203,7 +203,10 @@ class Observed:
     prometheus: httpx.Client
 
 
-def gateway_config(upstream: ScriptedUpstream, redis_url: str, store: Path) -> str:
+def gateway_config(
+    upstream: ScriptedUpstream, redis_url: str, store: Path, metrics_port: int
+) -> str:
+    """Metrics on a listener of their own, as the chart runs the gateway."""
     oai = scripted_providers(upstream.url, "http://127.0.0.1:1/v1")["oai"]
     return yaml.safe_dump({
         "auth": {"keys": [
@@ -225,6 +228,7 @@ def gateway_config(upstream: ScriptedUpstream, redis_url: str, store: Path) -> s
                        "timeout_ms": 200, "breaker": {"failures": 1, "cooldown_s": 3600}},
         "files": {"store": str(store)},
         "batches": {"poll_s": 0.05},
+        "metrics": {"listen": f"127.0.0.1:{metrics_port}"},
     })  # fmt: skip
 
 
@@ -323,15 +327,18 @@ def alerts(prom: httpx.Client) -> set[str]:
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
     workdir = tmp_path_factory.mktemp("monitoring")
+    metrics_port = free_port()
     with (
         start_scripted("openai", api_key=OPENAI_TEST_KEY) as upstream,
         RedisServer() as redis,
-        GatewayProcess(gateway_config(upstream, redis.url, workdir / "files"), workdir) as gw,
+        GatewayProcess(
+            gateway_config(upstream, redis.url, workdir / "files", metrics_port), workdir
+        ) as gw,
     ):
         traffic(gw)  # Redis up: limits shared, refusals decided in Redis
         batch_traffic(gw)
         with (
-            start_prometheus(workdir, gw.port) as prometheus,
+            start_prometheus(workdir, metrics_port) as prometheus,
             httpx.Client(base_url=prometheus.url, timeout=10.0, trust_env=False) as prom,
         ):
             wait_for_scrapes(prom, 2)
@@ -343,7 +350,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
             traffic(gw)
             wait_for_scrapes(prom, 2)
             labels_of: dict[str, set[str]] = {}
-            for sample in scrape(gw.url).samples:
+            for sample in scrape(f"http://127.0.0.1:{metrics_port}").samples:
                 labels_of.setdefault(sample.name, set()).update(sample.labels)
             yield Observed(labels_of, prom)
 

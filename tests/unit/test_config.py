@@ -81,6 +81,17 @@ BROKEN = [
     ("auth:\n  keys: [{id: a, key: '${NO_SUCH_VAR_X}'}]\n", "auth.keys[0].key"),
     ("server: {port: 99999}\n", "server.port"),
     ("server: {limits: {max_n: 0}}\n", "server.limits.max_n"),
+    ("server: {max_head_bytes: 1023}\n", "server.max_head_bytes"),
+    ("server: {max_head_bytes: 2097152}\n", "server.max_head_bytes"),
+    ("server: {max_headers: 0}\n", "server.max_headers"),
+    ("server: {max_connections: 0}\n", "server.max_connections"),
+    ("server: {max_connections: many}\n", "server.max_connections"),
+    ("server: {timeouts: 5}\n", "server.timeouts"),
+    ("server: {timeouts: {head_s: 0}}\n", "server.timeouts.head_s"),
+    ("server: {timeouts: {body_s: soon}}\n", "server.timeouts.body_s"),
+    ("server: {timeouts: {keep_alive_s: .inf}}\n", "server.timeouts.keep_alive_s"),
+    ("server: {timeouts: {keep_alive_s: -1}}\n", "server.timeouts.keep_alive_s"),
+    ("server: {timeouts: {idle_s: 5}}\n", "server.timeouts.idle_s"),
     ("surprise: 1\n", "surprise"),
 ]
 PROVIDER = "providers:\n  p: {type: openai-compatible, base_url: 'http://127.0.0.1:1/v1'}\n"
@@ -91,6 +102,23 @@ def test_errors_name_the_yaml_path(text: str, path: str) -> None:
     with pytest.raises(ConfigError) as info:
         config.parse(text if text.startswith("providers") else PROVIDER + text)
     assert info.value.path == path
+
+
+def test_listener_limits_default_safely() -> None:
+    server = config.parse(PROVIDER).server
+    assert (server.max_head_bytes, server.max_headers, server.max_connections) == (65536, 100, 2048)
+    assert server.timeouts == config.ServerTimeouts(head_s=10, body_s=30, keep_alive_s=5)
+
+
+def test_listener_limits_are_read() -> None:
+    server = config.parse(
+        PROVIDER + "server:\n  max_head_bytes: 8192\n  max_headers: 20\n  max_connections: 3\n"
+        "  timeouts: {head_s: 0.5, body_s: 2, keep_alive_s: 1.5}\n"
+    ).server
+    assert (server.max_head_bytes, server.max_headers, server.max_connections) == (8192, 20, 3)
+    assert server.timeouts == config.ServerTimeouts(head_s=0.5, body_s=2.0, keep_alive_s=1.5)
+    partial = config.parse(PROVIDER + "server: {timeouts: {body_s: 60}}\n").server.timeouts
+    assert partial == config.ServerTimeouts(body_s=60)  # the others at their defaults
 
 
 def test_env_default_syntax(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,6 +133,14 @@ def test_default_config_is_valid_and_uses_the_dev_key() -> None:
     cfg = config.load(ROOT / "config.yaml")
     assert cfg.has_dev_key()
     assert cfg.server.host == "127.0.0.1" and cfg.server.port == 8080
+    # the listener's keys, written out there with their defaults
+    defaults = config.ServerConfig()
+    assert (cfg.server.max_head_bytes, cfg.server.max_headers, cfg.server.max_connections) == (
+        defaults.max_head_bytes,
+        defaults.max_headers,
+        defaults.max_connections,
+    )
+    assert cfg.server.timeouts == defaults.timeouts
 
 
 @pytest.mark.parametrize(

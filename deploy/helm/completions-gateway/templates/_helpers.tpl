@@ -38,6 +38,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: gateway
 {{- end }}
 
+{{- define "gateway.metricsLabels" -}}
+{{ include "gateway.commonLabels" . }}
+{{ include "gateway.metricsSelectorLabels" . }}
+{{- end }}
+
+{{/* The metrics Service's own labels (its pods are the gateway's). */}}
+{{- define "gateway.metricsSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: metrics
+{{- end }}
+
+{{/* Does the gateway export metrics (config.metrics.enabled, true unless set false)? */}}
+{{- define "gateway.metricsOn" -}}
+{{- if ne (toString (dig "enabled" true (default dict .Values.config.metrics))) "false" }}true{{ end }}
+{{- end }}
+
 {{- define "gateway.redisName" -}}
 {{- printf "%s-redis" (include "gateway.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -127,7 +144,7 @@ app.kubernetes.io/component: redis
 {{- end }}
 
 {{/* The gateway's config.yaml: the user's config plus what the deployment decides (listen
-     address and port; the Redis the chart wires up; files and batches). */}}
+     address and port, the metrics' own; the Redis the chart wires up; files and batches). */}}
 {{- define "gateway.config" -}}
 {{- include "gateway.checkFiles" . }}
 {{- include "gateway.checkWorkers" . }}
@@ -136,6 +153,11 @@ app.kubernetes.io/component: redis
 {{- $_ := set $server "host" "0.0.0.0" }}
 {{- $_ := set $server "port" 8080 }}
 {{- $_ := set $cfg "server" $server }}
+{{- if include "gateway.metricsOn" . }}
+{{- $metrics := deepCopy (default dict $cfg.metrics) }}
+{{- $_ := set $metrics "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port)) }}
+{{- $_ := set $cfg "metrics" $metrics }}
+{{- end }}
 {{- if include "gateway.redisWired" . }}
 {{- $limits := deepCopy (default dict $cfg.rate_limit) }}
 {{- $_ := set $limits "backend" "redis" }}
