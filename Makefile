@@ -74,6 +74,7 @@ test: install chart-check
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/mypy $(TYPED)
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/uvicorn_suite.py  # uvicorn's protocol tests, for tests/protocol_suite
 	$(BIN)/python -m pytest -q --ignore=tests/deploy
 
 # The deployment, offline: the Helm chart linted and rendered with each ci/*-values.yaml, every

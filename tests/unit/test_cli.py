@@ -1,6 +1,8 @@
 """The CLI's make-tiny-model: one real build (about 5 s), a skip, a forced rebuild, and its errors.
 
 Each case runs `python -m gateway make-tiny-model` in a subprocess, as a user (and `make run`) does.
+Then `gateway serve`'s flags for the listener's limits: each over its config key, and what they
+make of uvicorn's Config.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import uvicorn
 
+from gateway import __main__ as cli
+from gateway.config import HEAD_BYTES, HEADERS, ServerConfig, ServerTimeouts
+from gateway.protocol import ListenerLimits
 from providers import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,3 +183,62 @@ def test_shutdown_timeout_must_be_seconds(value: str) -> None:
     run = gateway("serve", "--shutdown-timeout", value)
     assert run.returncode == 2
     assert f"--shutdown-timeout: expected seconds >= 0, got '{value}'" in run.stderr
+
+
+# ---------------------------------------------------------------- serve's listener flags
+
+
+def _key(server: ServerConfig, key: str) -> object:
+    value: object = server
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def test_listener_flags_name_their_key_and_its_default() -> None:
+    defaults = ServerConfig()
+    helped = " ".join(gateway("serve", "--help").stdout.split())
+    for flag, key, default, *_ in cli.LISTENER_FLAGS:
+        assert float(default) == _key(defaults, key), flag
+        assert f"{flag} " in helped and f"overrides server.{key} (default {default})" in helped
+    assert (cli.HEAD_BYTES, cli.HEADERS) == (HEAD_BYTES, HEADERS)
+
+
+def test_listener_flags_override_the_config() -> None:
+    args = cli._parser().parse_args(
+        ["serve", "--max-head-bytes", "2048", "--head-timeout", "0.5", "--max-connections", "7"]
+    )
+    server = cli._overridden(ServerConfig(max_headers=20, timeouts=ServerTimeouts(body_s=9)), args)
+    assert (server.max_head_bytes, server.max_headers, server.max_connections) == (2048, 20, 7)
+    assert server.timeouts == ServerTimeouts(head_s=0.5, body_s=9)
+
+
+def test_the_listener_limits_reach_uvicorns_config() -> None:
+    """The keep-alive and the cap on connections as uvicorn's own settings (which answer 503 when
+    the open connections, the new one among them, reach limit_concurrency); the rest for the
+    gateway's protocol."""
+    args = cli._parser().parse_args(["serve", "--keep-alive", "2.5", "--max-headers", "9"])
+    server = cli._overridden(ServerConfig(max_connections=10), args)
+    config = cli._uvicorn_config(uvicorn, args, "127.0.0.1", 8080, server)
+    assert config.timeout_keep_alive == 2.5 and config.limit_concurrency == 11
+    assert config.listener == ListenerLimits(max_headers=9)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--max-head-bytes", "100", "a whole number from 1024 to 1048576"),
+        ("--max-headers", "0", "a whole number from 1 to 10000"),
+        ("--max-connections", "x", "a whole number >= 1"),
+        ("--head-timeout", "0", "seconds > 0"),
+        ("--body-timeout", "soon", "seconds > 0"),
+        ("--keep-alive", "inf", "seconds > 0"),
+    ],
+)
+def test_listener_flags_are_checked(
+    flag: str, value: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli._parser().parse_args(["serve", flag, value])
+    assert exited.value.code == 2
+    assert f"argument {flag}: expected {expected}, got '{value}'" in capsys.readouterr().err

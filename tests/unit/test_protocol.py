@@ -2,12 +2,14 @@
 transport: a response's head leaves with its body, a stream's by the end of the turn, a busy
 loop's writes at the end of its turn; keep-alive, pipelining, chunked and 100-continue bodies,
 HEAD, `Connection: close` and HTTP/1.0, a malformed request, a failing app, the caller's
-disconnect (its DisconnectWatch), the keep-alive timeout and graceful shutdown. Then the watch
-itself (gateway/http.py)."""
+disconnect (its DisconnectWatch), the keep-alive timeout and graceful shutdown; the listener's
+limits (a head's size and count of headers, counted as it arrives and never fed to the parser
+past its size; the head's and the body's timeouts). Then the watch itself (gateway/http.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -24,7 +26,7 @@ from gateway.http import (
     until_disconnect,
     watched,
 )
-from gateway.protocol import GatewayHttpProtocol
+from gateway.protocol import DEFAULT_LIMITS, GatewayConfig, GatewayHttpProtocol, ListenerLimits
 
 pytestmark = pytest.mark.asyncio
 
@@ -68,8 +70,14 @@ class Recorder:
 App = Callable[[Any, Any, Any], Awaitable[None]]
 
 
-def connect(app: App, keep_alive_s: float = 5.0) -> tuple[GatewayHttpProtocol, Recorder]:
-    config = uvicorn.Config(app, proxy_headers=False, log_config=None)
+def connect(
+    app: App, keep_alive_s: float = 5.0, limits: ListenerLimits | None = None
+) -> tuple[GatewayHttpProtocol, Recorder]:
+    """A connection on uvicorn's own Config, or on the gateway's with `limits`."""
+    if limits is None:
+        config = uvicorn.Config(app, proxy_headers=False, log_config=None)
+    else:
+        config = GatewayConfig(app, proxy_headers=False, log_config=None, listener=limits)
     config.load()
     conn = GatewayHttpProtocol(config, ServerState(), {}, asyncio.get_running_loop())
     conn.keep_alive_s = keep_alive_s  # uvicorn's setting is whole seconds
@@ -344,6 +352,229 @@ async def test_shutdown_closes_an_idle_connection_and_a_busy_one_after_its_answe
     go.set()
     await settle()
     assert b"connection: close\r\n" in busy_real.sent and busy_real.closed
+
+
+# ---------------------------------------------------------------- the listener's limits
+
+
+class Counting:
+    """The connection's parser, counting what it is fed."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.fed = 0
+
+    def feed_data(self, data: bytes) -> None:
+        self.fed += len(data)
+        self.real.feed_data(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def counted(
+    app: App, limits: ListenerLimits = DEFAULT_LIMITS
+) -> tuple[GatewayHttpProtocol, Recorder, Counting]:
+    conn, real = connect(app, limits=limits)
+    parser = Counting(conn.parser)
+    conn.parser = cast(Any, parser)
+    return conn, real, parser
+
+
+def with_header(size: int, end: bytes = b"\r\n\r\n") -> bytes:
+    """A GET whose head is `size` bytes long (with `end`), most of them one header's value."""
+    bare = b"GET / HTTP/1.1\r\nx: " + end
+    return b"GET / HTTP/1.1\r\nx: " + b"a" * (size - len(bare)) + end
+
+
+LIMIT = DEFAULT_LIMITS.max_head_bytes
+TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+
+
+@pytest.mark.parametrize(("size", "status"), [(LIMIT, b"200"), (LIMIT + 1, b"431")])
+async def test_a_head_is_served_up_to_its_limit(size: int, status: bytes) -> None:
+    conn, real = connect(answering(), limits=DEFAULT_LIMITS)
+    conn.data_received(with_header(size))
+    await settle()
+    assert real.sent.startswith(b"HTTP/1.1 " + status)
+    assert real.closed is (status == b"431")
+
+
+async def test_a_head_past_its_limit_is_a_431_and_the_parser_gets_no_more() -> None:
+    conn, real, parser = counted(answering())
+    conn.data_received(with_header(4 * LIMIT))
+    await settle()
+    assert real.sent.startswith(TOO_LARGE) and real.closed
+    assert b"connection: close\r\n" in real.sent
+    assert parser.fed == LIMIT
+
+
+async def test_a_head_in_many_reads_is_counted_across_them() -> None:
+    """One byte of header value after another, never ending: the parser never holds more than
+    the limit (httptools gathers a header's value whole before handing it over)."""
+    conn, real, parser = counted(answering())
+    conn.data_received(b"GET / HTTP/1.1\r\nx: ")
+    for _ in range(LIMIT + 100):
+        conn.data_received(b"a")
+    await settle()
+    assert real.sent.startswith(TOO_LARGE) and real.closed
+    assert parser.fed == LIMIT
+
+
+async def test_more_headers_than_the_limit_are_a_431() -> None:
+    limits = ListenerLimits(max_headers=3)
+    for count, status in ((3, b"200"), (4, b"431")):
+        conn, real = connect(answering(), limits=limits)
+        lines = b"".join(b"x-%d: v\r\n" % i for i in range(count))
+        conn.data_received(b"GET / HTTP/1.1\r\n" + lines + b"\r\n")
+        await settle()
+        assert real.sent.startswith(b"HTTP/1.1 " + status)
+
+
+async def test_pipelined_heads_are_counted_each_on_its_own() -> None:
+    """In one read: two heads that together pass the limit are both served; a head past it
+    behind a small one is refused, in its turn (after the first's answer), though it began
+    inside the read."""
+    conn, real = connect(answering(read=False))
+    conn.data_received(with_header(LIMIT * 3 // 4) * 2)
+    async with asyncio.timeout(5):
+        while real.sent.count(b"HTTP/1.1 200") < 2:  # noqa: ASYNC110 - no event to wait on
+            await asyncio.sleep(0.005)
+    assert not real.closed
+    conn, real = connect(answering(read=False))
+    conn.data_received(GET + with_header(LIMIT + 10))
+    await settle()
+    assert real.sent.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert real.sent.index(b"{}") < real.sent.index(TOO_LARGE) and real.closed
+
+
+async def test_a_431_behind_an_answer_under_way_waits_for_it() -> None:
+    go = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await go.wait()
+        await answering()(scope, receive, send)
+
+    conn, real = connect(app)
+    conn.data_received(GET)
+    await settle()
+    conn.data_received(with_header(2 * LIMIT, end=b""))
+    await settle()
+    assert real.writes == [] and real.reading_paused
+    go.set()
+    await settle()
+    assert real.sent.startswith(b"HTTP/1.1 200 OK\r\n") and TOO_LARGE in real.sent
+    assert real.closed
+
+
+async def test_a_body_in_the_heads_read_is_no_part_of_the_head() -> None:
+    bodies: list[bytes] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            bodies.append(message["body"])
+            if not message["more_body"]:
+                break
+        await answering(read=False)(scope, receive, send)
+
+    conn, real = connect(app)
+    body = b"b" * (3 * LIMIT)
+    conn.data_received(post(body))
+    await settle()
+    assert b"".join(bodies) == body and real.sent.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+QUICK = ListenerLimits(head_s=0.05, body_s=0.05)
+
+
+async def until_closed(real: Recorder) -> None:
+    async with asyncio.timeout(5):
+        while not real.closed:  # noqa: ASYNC110 - the close is a timer's
+            await asyncio.sleep(0.01)
+
+
+async def test_a_head_not_complete_in_time_is_a_408() -> None:
+    """The head's timeout (0.05 s) is shorter than the keep-alive's (5 s): the timer fires for
+    the head all the same."""
+    conn, real = connect(answering(), limits=QUICK)
+    conn.data_received(b"GET / HTTP/1.1\r\nhost: h\r\n")
+    await until_closed(real)
+    assert real.sent.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert real.sent.endswith(b"Request Timeout")
+
+
+@pytest.mark.parametrize("sent", [b"", b"12345"])
+async def test_a_body_the_app_waits_for_in_vain_is_a_408_and_its_caller_gone(sent: bytes) -> None:
+    """No body, or half of it: the app reads what came, then waits in vain; it is told its
+    caller is gone, and ends without answering (no 500 for it)."""
+    got: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while (message := await receive())["type"] == "http.request":
+            got.append(message["body"])
+        got.append(scope["extensions"][WATCH].gone)
+
+    conn, real = connect(app, limits=QUICK)
+    conn.data_received(b"POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 10\r\n\r\n" + sent)
+    await until_closed(real)
+    await settle()
+    assert got == ([sent] if sent else []) + [True]
+    assert real.sent == (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        b"content-length: 15\r\nconnection: close\r\n\r\nRequest Timeout"
+    )
+
+
+async def test_a_body_timeout_once_the_answer_began_cuts_the_connection() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        assert (await receive())["type"] == "http.disconnect"
+
+    conn, real = connect(app, limits=QUICK)
+    conn.data_received(b"POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 10\r\n\r\n")
+    await until_closed(real)
+    assert real.sent.startswith(b"HTTP/1.1 200 OK\r\n") and b"408" not in real.sent
+
+
+async def test_the_body_timeout_counts_from_when_the_app_waits() -> None:
+    """An app busy longer than the body's timeout before it reads is not timed out for it."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(0.1)
+        while (await receive())["more_body"]:
+            pass
+        await answering(read=False)(scope, receive, send)
+
+    conn, real = connect(app, limits=QUICK)
+    conn.data_received(b"POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 2\r\n\r\n")
+    await asyncio.sleep(0.12)
+    conn.data_received(b"ok")
+    await settle()
+    assert real.sent.startswith(b"HTTP/1.1 200 OK\r\n") and not real.closed
+
+
+async def test_a_plain_uvicorn_config_gives_the_default_limits() -> None:
+    conn, _ = connect(answering())
+    assert (conn.max_head_bytes, conn.max_headers) == (65536, 100)
+    assert (conn.head_s, conn.body_s, conn.keep_alive_s) == (10.0, 30.0, 5.0)
+
+
+async def test_a_connections_attributes_are_all_slots() -> None:
+    """Each attribute the protocol sets is one of its slots (its reads are slower from a dict of
+    more than 30: gateway/protocol.py)."""
+    conn, _ = connect(answering(), limits=QUICK)
+    conn.data_received(post(b"{}"))
+    await settle()
+    assert vars(conn) == {}
+
+
+async def test_the_limits_go_to_spawned_workers_with_the_config() -> None:
+    """uvicorn pickles its Config to each worker it spawns."""
+    limits = ListenerLimits(max_head_bytes=2048, max_headers=7, head_s=1.5, body_s=2.5)
+    config = GatewayConfig("gateway.factory:app_from_env", factory=True, listener=limits)
+    assert cast(GatewayConfig, pickle.loads(pickle.dumps(config))).listener == limits
 
 
 # ---------------------------------------------------------------- the caller's disconnect

@@ -205,11 +205,33 @@ async def test_host_port_and_metrics_switch_wait_for_a_restart() -> None:
     server = {"host": "0.0.0.0", "port": 9999, "max_body_bytes": 2048, "watch_config_s": 0}
     h = await successor(old, config(document(server=server, metrics={"enabled": False})), Built())
     got = h.runtime.config
-    assert h.pinned == ("server.host", "server.port", "metrics.enabled")
+    assert h.pinned == ("server.host", "server.port", "metrics")
     assert (got.server.host, got.server.port) == ("127.0.0.1", 8080)
     assert got.metrics == old.config.metrics
     assert (got.server.max_body_bytes, got.server.watch_config_s) == (2048, 0.0)
     assert h.changed == ("server",)
+
+
+async def test_the_listeners_limits_wait_for_a_restart() -> None:
+    old = await running(document())
+    server = {
+        "max_head_bytes": 4096,
+        "max_headers": 10,
+        "max_connections": 3,
+        "timeouts": {"head_s": 1, "body_s": 2, "keep_alive_s": 3},
+        "watch_config_s": old.config.server.watch_config_s,
+    }
+    metrics = {"require_key": True, "min_interval_s": 5}
+    h = await successor(old, config(document(server=server, metrics=metrics)), Built())
+    assert h.pinned == (
+        "server.max_head_bytes",
+        "server.max_headers",
+        "server.max_connections",
+        "server.timeouts",
+        "metrics",
+    )
+    assert h.runtime.config.server == old.config.server
+    assert h.runtime.config.metrics == old.config.metrics
 
 
 # ---------------------------------------------------------------- the reloader in an app
