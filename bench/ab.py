@@ -31,6 +31,7 @@ from run import (
     Run,
     Scenario,
     Target,
+    add_scenarios,
     measured,
     probe,
     run_one,
@@ -112,13 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--after", default=DEFAULT_GATEWAY_CMD, help="the newer (this tree)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--min", type=float, default=MIN_RATIO, help="median after / before")
-    parser.add_argument("--chunks", type=int, default=64, help="chunks per mock stream")
-    parser.add_argument(
-        "--scenarios",
-        type=lambda text: text.split(","),
-        default=[s.name for s in SCENARIOS],
-        help="comma-separated subset of: " + ",".join(s.name for s in SCENARIOS),
-    )
+    add_scenarios(parser)
     return parser.parse_args(argv)
 
 

@@ -730,6 +730,13 @@ def finish(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = wrk_parser(__doc__, "results.json", duration=10, warmup=2)
+    add_scenarios(parser)
+    add_gateway_cmd(parser)
+    return parser.parse_args(argv)
+
+
+def add_scenarios(parser: argparse.ArgumentParser) -> None:
+    """--chunks and --scenarios, as every bench on the mock takes them."""
     parser.add_argument("--chunks", type=int, default=64, help="chunks per mock stream")
     parser.add_argument(
         "--scenarios",
@@ -737,8 +744,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[s.name for s in SCENARIOS],
         help="comma-separated subset of: " + ",".join(s.name for s in SCENARIOS),
     )
-    add_gateway_cmd(parser)
-    return parser.parse_args(argv)
 
 
 def wrk_parser(

@@ -62,12 +62,6 @@ files: {{store: "{workdir / "store"}"}}
 
 
 @pytest.fixture
-def up(upstream: ScriptedUpstream) -> ScriptedUpstream:  # noqa: F811
-    upstream.reset()
-    return upstream
-
-
-@pytest.fixture
 def marker() -> str:
     return f"SMUGGLED-{uuid.uuid4().hex}"
 

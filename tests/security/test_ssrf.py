@@ -64,12 +64,6 @@ batches: {{poll_s: 0.05}}
 
 
 @pytest.fixture
-def up(upstream: ScriptedUpstream) -> ScriptedUpstream:  # noqa: F811
-    upstream.reset()
-    return upstream
-
-
-@pytest.fixture
 def watched(canary: Canary) -> Iterator[Canary]:  # noqa: F811
     """The canary, asserted untouched once the test is over."""
     before = canary.connections()

@@ -210,8 +210,8 @@ async def test_keep_alive_and_pipelined_requests_are_answered_in_order() -> None
     assert not real.closed and conn.server_state.total_requests == 2
 
 
-async def test_a_chunked_body_in_pieces() -> None:
-    bodies: list[Any] = []
+def collecting(bodies: list[Any]) -> Any:
+    """An app that keeps each part of the body it reads in `bodies`, then answers."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         while True:
@@ -220,6 +220,13 @@ async def test_a_chunked_body_in_pieces() -> None:
             if not message["more_body"]:
                 break
         await answering(read=False)(scope, receive, send)
+
+    return app
+
+
+async def test_a_chunked_body_in_pieces() -> None:
+    bodies: list[Any] = []
+    app = collecting(bodies)
 
     conn, real = connect(app)
     conn.data_received(
@@ -469,14 +476,7 @@ async def test_a_431_behind_an_answer_under_way_waits_for_it() -> None:
 
 async def test_a_body_in_the_heads_read_is_no_part_of_the_head() -> None:
     bodies: list[bytes] = []
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        while True:
-            message = await receive()
-            bodies.append(message["body"])
-            if not message["more_body"]:
-                break
-        await answering(read=False)(scope, receive, send)
+    app = collecting(bodies)
 
     conn, real = connect(app)
     body = b"b" * (3 * LIMIT)
