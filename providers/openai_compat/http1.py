@@ -207,6 +207,7 @@ class Connection(asyncio.Protocol):
         self._decoded = 0  # body bytes so far, after decoding: bounded by the pool
         self._paused = False
         self._decoder: zlib._Decompress | None = None
+        self._encoded = False  # the decoder was given some of the body
         self._until_eof = False  # a body delimited by the connection's end
         self._keep_alive = False  # the upstream keeps the connection open after it
         self._leftover = False  # bytes came after the response's end: never reused
@@ -237,10 +238,11 @@ class Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(ResponseIncomplete("a 101 (switching protocols) nobody asked for"))
-        except httptools.HttpParserError as exc:
-            self._fail(ResponseIncomplete(f"an answer that is not HTTP/1.1 ({exc})"))
+        except httptools.HttpParserError as exc:  # HttpParserUpgrade too: a 101
+            if self._phase == DONE:  # bytes after the whole answer, in the same read
+                self._leftover = True
+            else:
+                self._fail(ResponseIncomplete(f"an answer that is not HTTP/1.1 ({exc})"))
         if self._phase == WAITING:  # all head: the parser holds it until the head's end
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
@@ -293,13 +295,21 @@ class Connection(asyncio.Protocol):
                 self._fail(ResponseIncomplete("a 101 (switching protocols) nobody asked for"))
             return
         raw = self._raw_headers
-        framing = {name.lower(): value for name, value in raw if name.lower() in FRAMING}
+        framing: dict[bytes, bytes] = {}
+        for name, value in raw:  # repeated ones joined, as one list
+            key = name.lower()
+            if key in FRAMING:
+                framing[key] = value if key not in framing else framing[key] + b"," + value
         if framing:  # else: a body to the connection's end, neither encoded nor chunked
             encoding = framing.get(b"content-encoding", b"").strip().lower().decode("latin-1")
             if encoding in DECODED:
                 self._decoder = zlib.decompressobj(wbits=47 if encoding == "gzip" else 15)
-            chunked = b"chunked" in framing.get(b"transfer-encoding", b"").lower()
-            self._until_eof = not chunked and b"content-length" not in framing
+            coding = framing.get(b"transfer-encoding")
+            if coding is not None and coding.strip().lower() != b"chunked":
+                # gzip, chunked: its chunks would be read as the body, still encoded
+                self._fail(ResponseIncomplete("a transfer coding other than chunked"))
+                return
+            self._until_eof = coding is None and b"content-length" not in framing
         else:
             self._until_eof = True
         self._phase = BODY
@@ -312,6 +322,7 @@ class Connection(asyncio.Protocol):
             return
         room = self._pool.max_body_bytes - self._decoded
         if self._decoder is not None:
+            self._encoded = True
             try:  # inflated at most one byte past the bound: a small bomb stays small
                 body = self._decoder.decompress(body, room + 1)
             except zlib.error:
@@ -333,11 +344,16 @@ class Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._phase != BODY:
             return  # an interim response's end, or one nobody asked for
-        # Asked now: the parser forgets once the message is behind it.
-        self._keep_alive = self._parser.should_keep_alive()
+        # Asked now: the parser forgets once the message is behind it. HTTP/1.0 is not kept,
+        # whatever its Connection header says.
+        parser = self._parser
+        self._keep_alive = parser.should_keep_alive() and parser.get_http_version() == "1.1"
         if self._decoder is not None:
             if self._decoder.unconsumed_tail:  # held back by the bound: the body is too large
                 self._fail(ResponseTooLarge(self._pool.max_body_bytes))
+                return
+            if self._encoded and not self._decoder.eof:
+                self._fail(ResponseIncomplete("a compressed body cut short of its end"))
                 return
             tail = self._decoder.flush()
             if len(tail) > self._pool.max_body_bytes - self._decoded:
@@ -455,7 +471,7 @@ class Connection(asyncio.Protocol):
         self._body.clear()
         self._buffered = 0
         self._decoder = None
-        self._until_eof = self._keep_alive = False
+        self._until_eof = self._keep_alive = self._encoded = False
         self._deadline = math.inf  # the timer stays: the next request's deadline may use it
         self.idle_since = time.monotonic()
 
