@@ -240,7 +240,14 @@ class GatewayHttpProtocol(asyncio.Protocol):
                 self._overflow(data)
                 return
             self.head_left = left
-        self._feed(data)
+        try:  # _feed's, inline: every read of every request comes here
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass
+        except httptools.HttpParserError:
+            if not self.refused:
+                self.logger.warning("Invalid HTTP request received.")
+                self._bad_request("Invalid HTTP request received.")
 
     def _feed(self, data: bytes | memoryview) -> None:
         try:

@@ -196,12 +196,13 @@ class Connection(asyncio.Protocol):
         self._head: asyncio.Future[Response] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._raw_headers: list[tuple[bytes, bytes]] = []
-        # The heads (interim ones too) of this request's answer, two ways: the bytes of reads
-        # that ended inside a head, and the headers read. Each is at most the heads' size, so
-        # neither refuses a head within the bound; the first keeps a head that never ends from
-        # being buffered by the parser without bound, the second catches one read whole.
+        # The heads (interim ones too) of this request's answer: the bytes of the reads that
+        # ended inside a head keep one that never ends from being buffered by the parser
+        # without bound; a head that ends within a read is measured when it could be over the
+        # bound (those bytes and the read's, `_reading`, are more than it).
         self._head_bytes = 0
-        self._header_bytes = 0
+        self._reading = 0
+        self._interim_bytes = 0  # the interim heads', measured
         self._body: deque[bytes] = deque()
         self._buffered = 0
         self._decoded = 0  # body bytes so far, after decoding: bounded by the pool
@@ -236,6 +237,7 @@ class Connection(asyncio.Protocol):
         if phase >= DONE:
             self._leftover = phase == DONE  # after the response's end: not reused
             return
+        self._reading = len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:  # HttpParserUpgrade too: a 101
@@ -277,24 +279,28 @@ class Connection(asyncio.Protocol):
         self._raw_headers = []
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._phase != WAITING:
-            return
-        self._raw_headers.append((name, value))
-        self._header_bytes += len(name) + len(value) + 4
-        if len(self._raw_headers) > MAX_HEADERS:
-            self._fail(ResponseIncomplete(f"a response head of over {MAX_HEADERS} headers"))
-        elif self._header_bytes > MAX_HEAD_BYTES:
-            self._fail(ResponseIncomplete(f"a response head over {MAX_HEAD_BYTES} bytes"))
+        if self._phase == WAITING:
+            self._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         if self._phase != WAITING:
+            return
+        raw = self._raw_headers
+        if len(raw) > MAX_HEADERS:
+            self._fail(ResponseIncomplete(f"a response head of over {MAX_HEADERS} headers"))
+            return
+        if (
+            self._head_bytes + self._reading > MAX_HEAD_BYTES
+            and self._interim_bytes + _size(raw) > MAX_HEAD_BYTES
+        ):
+            self._fail(ResponseIncomplete(f"a response head over {MAX_HEAD_BYTES} bytes"))
             return
         status = self._parser.get_status_code()
         if status < 200:  # interim (103 Early Hints, 100 Continue): the answer is still to come
             if status == 101:
                 self._fail(ResponseIncomplete("a 101 (switching protocols) nobody asked for"))
+            self._interim_bytes += _size(raw)
             return
-        raw = self._raw_headers
         framing: dict[bytes, bytes] = {}
         for name, value in raw:  # repeated ones joined, as one list
             key = name.lower()
@@ -467,7 +473,7 @@ class Connection(asyncio.Protocol):
         self._phase = IDLE
         self._head = None
         self._raw_headers = []
-        self._head_bytes = self._header_bytes = self._decoded = 0
+        self._head_bytes = self._interim_bytes = self._decoded = 0
         self._body.clear()
         self._buffered = 0
         self._decoder = None
@@ -490,6 +496,11 @@ class Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+def _size(raw: list[tuple[bytes, bytes]]) -> int:
+    """A head's bytes, near enough: each header's name, value, colon, space and line end."""
+    return sum([len(name) + len(value) + 4 for name, value in raw])
 
 
 def _decoded(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
