@@ -93,7 +93,7 @@ async def run(requests: int) -> None:
     uv = uvicorn.Config(app, http=GatewayHttpProtocol, lifespan="on", log_level="error")
     server = uvicorn.Server(uv)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
-    while not server.started:
+    while not server.started:  # noqa: ASYNC110 - uvicorn's Server has no event to wait on
         await asyncio.sleep(0.01)
     reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
     for _ in range(requests):
