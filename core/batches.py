@@ -9,14 +9,13 @@ is a 404 without the store being asked (`is_batch_id`)."""
 from __future__ import annotations
 
 import re
-import secrets
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 import orjson
 
+from core.checks import IdShape
 from core.errors import InvalidRequest
 
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")
@@ -28,9 +27,7 @@ DEFAULT_LIST_LIMIT = 20
 # A failed batch's object keeps this many of its line errors (the first); all of them are in its
 # error file, and `errors.total` says how many there are. 10,000 errors made a 1 MB object.
 MAX_ERRORS_SHOWN = 1_000
-# What new_batch_id makes: the creation time in nanoseconds (16 hex digits until the year 2554)
-# and 8 random ones.
-BATCH_ID = re.compile(r"batch_[0-9a-f]{24}")
+BATCH_IDS = IdShape("batch_")
 LIMIT_DIGITS = re.compile(r"[0-9]{1,9}")  # ASCII digits only (str.isdigit() takes "²")
 STATUSES = (
     "validating",
@@ -152,13 +149,12 @@ def create_batch(data: Any) -> CreateBatch:
 
 
 def new_batch_id() -> str:
-    return f"batch_{time.time_ns():016x}{secrets.token_hex(4)}"
+    return BATCH_IDS.new()
 
 
 def is_batch_id(value: str) -> bool:
-    """Whether `value` has the shape of an id the gateway makes: nothing else can name a batch
-    (and no path, dot, NUL or over-long name can reach the store)."""
-    return BATCH_ID.fullmatch(value) is not None
+    """Whether `value` has the shape of an id the gateway makes (IdShape)."""
+    return BATCH_IDS.matches(value)
 
 
 def list_query(params: Mapping[str, str]) -> ListQuery:

@@ -5,7 +5,11 @@ was expected."""
 from __future__ import annotations
 
 import math
+import re
+import secrets
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -13,6 +17,29 @@ import orjson
 from core.errors import InvalidRequest
 
 Validator = Callable[[Any, str], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class IdShape:
+    """The ids the gateway makes for one kind of object (files, batches): its prefix, the
+    creation time in nanoseconds (16 hex digits until the year 2554, so that ids sort as they
+    were made) and 8 random hex digits. Nothing of another shape can name such an object, so no
+    path, dot, NUL or over-long name reaches a store."""
+
+    prefix: str
+
+    def new(self) -> str:
+        return f"{self.prefix}{time.time_ns():016x}{secrets.token_hex(4)}"
+
+    def matches(self, value: str) -> bool:
+        return (
+            len(value) == len(self.prefix) + 24
+            and value.startswith(self.prefix)
+            and _HEX24.fullmatch(value, len(self.prefix)) is not None
+        )
+
+
+_HEX24 = re.compile(r"[0-9a-f]{24}")
 
 
 def bad(name: str, what: str, value: Any) -> InvalidRequest:

@@ -8,12 +8,11 @@ a 404 without the store being asked (`is_file_id`)."""
 from __future__ import annotations
 
 import re
-import secrets
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
+from core.checks import IdShape
 from core.errors import InvalidRequest, NotFound
 
 # What a caller may upload a file for, and what the gateway writes itself.
@@ -23,10 +22,7 @@ LIST_LIMIT = (1, 10_000)  # OpenAI's range, and its default is the top of it
 ORDERS = ("asc", "desc")
 EXPIRES_ANCHOR = "created_at"
 EXPIRES_SECONDS = (3600, 30 * 24 * 3600)  # one hour to thirty days
-ID_PREFIX = "file-"
-# What new_file_id makes: the creation time in nanoseconds (16 hex digits until the year 2554)
-# and 8 random ones.
-FILE_ID = re.compile(r"file-[0-9a-f]{24}")
+FILE_IDS = IdShape("file-")
 MAX_PURPOSE_CHARS = 64  # a listing's `purpose` filter: longer than any purpose
 # An integer field's digits: an optional minus and at most 18 digits (int() of a longer string
 # is slow, and past 4,300 digits a ValueError); ASCII only (str.isdigit() takes "²", which
@@ -82,13 +78,12 @@ def upload(fields: Mapping[str, str]) -> Upload:
 
 def new_file_id() -> str:
     # Ids sort as the files were made (a listing's order within one second of created_at).
-    return f"{ID_PREFIX}{time.time_ns():016x}{secrets.token_hex(4)}"
+    return FILE_IDS.new()
 
 
 def is_file_id(value: str) -> bool:
-    """Whether `value` has the shape of an id the gateway makes: nothing else can name a file
-    (and no path, dot, NUL or over-long name can reach the store)."""
-    return FILE_ID.fullmatch(value) is not None
+    """Whether `value` has the shape of an id the gateway makes (IdShape)."""
+    return FILE_IDS.matches(value)
 
 
 def list_query(params: Mapping[str, str]) -> ListQuery:

@@ -53,14 +53,25 @@ def _whole(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def _timeout(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {value!r}")
-    return seconds
+def _seconds_of(positive: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds, > 0 (`positive`) or >= 0."""
+    least = "> 0" if positive else ">= 0"
+
+    def parse(value: str) -> float:
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if not (seconds > 0 if positive else seconds >= 0) or seconds == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected seconds {least}, got {value!r}")
+        return seconds
+
+    return parse
+
+
+_timeout = _seconds_of(positive=True)  # a timer's: one of 0 would fire without end
+_seconds = _seconds_of(positive=False)
+_positive = _whole(1)
 
 
 # `gateway serve`'s flags for the listener's limits, each over a key of the config's server
@@ -124,26 +135,6 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("dir", type=Path, metavar="DIR", help="output directory, e.g. models/tiny")
     t.add_argument("--force", action="store_true", help="rebuild even when DIR is current")
     return p
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
-    return number
-
-
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {value!r}")
-    return seconds
 
 
 def is_loopback(host: str) -> bool:

@@ -3,7 +3,7 @@
 line's answer (under `batches/<owner>/<id>/`, the lines that finished together in one object),
 stored before the line counts as done, so that a gateway started again goes on where it was and
 runs no finished line twice. A batch id a caller sends becomes a name in the store only if it has
-the shape of the ids the gateway makes (`core.batches.BATCH_ID`): any other cannot exist."""
+the shape of the ids the gateway makes (`core.batches.BATCH_IDS`): any other cannot exist."""
 
 from __future__ import annotations
 

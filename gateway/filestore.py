@@ -5,7 +5,7 @@ Each file is two objects under its owner's prefix: `<owner>/<id>.data` (the byte
 and out, never whole in memory) and `<owner>/<id>.json` (its `file` object, written once the
 bytes are stored, so a listed file is always complete). The owner is a digest of the key's id:
 another key's prefix is not reachable by any id it could send. An id a caller sends becomes a
-name in the store only if it has the shape of the ids the gateway makes (`core.files.FILE_ID`):
+name in the store only if it has the shape of the ids the gateway makes (`core.files.FILE_IDS`):
 any other cannot exist, so it is a 404 before the store is asked.
 """
 

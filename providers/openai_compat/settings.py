@@ -70,9 +70,17 @@ def parse_settings(
         url=base_url + "/completions",
         headers=headers,
         api_key=api_key,
-        max_connections=_count(settings.get("max_connections"), f"{path}.max_connections"),
+        max_connections=_at_least(
+            settings.get("max_connections"), f"{path}.max_connections", DEFAULT_MAX_CONNECTIONS, 1
+        ),
         connect_timeout_s=_seconds(settings.get("connect_timeout_s"), f"{path}.connect_timeout_s"),
-        max_response_bytes=_bytes(settings.get("max_response_bytes"), f"{path}.max_response_bytes"),
+        max_response_bytes=_at_least(
+            settings.get("max_response_bytes"),
+            f"{path}.max_response_bytes",
+            DEFAULT_MAX_RESPONSE_BYTES,
+            1024,
+            "a number of bytes",
+        ),
         answer_shape=_shape(settings.get("answer_shape"), f"{path}.answer_shape", shapes),
     )
 
@@ -127,19 +135,12 @@ def _headers(value: Any, path: str, has_key: bool) -> dict[str, str]:
     return out
 
 
-def _count(value: Any, path: str) -> int:
+def _at_least(value: Any, path: str, default: int, least: int, what: str = "an integer") -> int:
+    """An integer of at least `least` (`default` when not set)."""
     if value is None:
-        return DEFAULT_MAX_CONNECTIONS
-    if type(value) is not int or value < 1:
-        raise ConfigError(path, f"expected an integer >= 1, got {value!r}")
-    return value
-
-
-def _bytes(value: Any, path: str) -> int:
-    if value is None:
-        return DEFAULT_MAX_RESPONSE_BYTES
-    if type(value) is not int or value < 1024:
-        raise ConfigError(path, f"expected a number of bytes >= 1024, got {value!r}")
+        return default
+    if type(value) is not int or value < least:
+        raise ConfigError(path, f"expected {what} >= {least}, got {value!r}")
     return value
 
 

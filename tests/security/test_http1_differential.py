@@ -44,6 +44,7 @@ from .upstream_script import (
     Message,
     Outcome,
     Upstream,
+    Verdict,
     ask,
     exchanges,
     malformed,
@@ -103,6 +104,22 @@ async def one_exchange(
             return outcome, pooled(pool)
         finally:
             pool.close()
+
+
+def both_read(
+    loop: str, exchange: Exchange, within_s: float
+) -> tuple[Outcome, bool, Verdict, bool]:
+    """Caller A's exchange read by ours (its outcome, and whether its connection was kept) and by
+    h11 (its verdict), and whether the upstream closed after it; each noted for a failure's
+    report."""
+    data = exchange.wire(REQUEST_A)
+    ends = exchange.ends_connection()
+    note(f"the upstream sent {data!r}" + (" and closed" if ends else ""))
+    ours, kept = run(loop, lambda: one_exchange(exchange, within_s))
+    verdict = oracle(data, ends, REQUEST_A)
+    note(f"ours: {ours!r}, kept: {kept}")
+    note(f"h11: {verdict!r}")
+    return ours, kept, verdict, ends
 
 
 async def two_callers(
@@ -183,13 +200,7 @@ async def test_early_hints_then_the_answer_go_to_the_caller_who_asked(together: 
 def test_an_answer_is_read_as_h11_reads_it_and_kept_only_when_h11_could_reuse_it(
     loop: str, exchange: Exchange
 ) -> None:
-    data = exchange.wire(REQUEST_A)
-    ends = exchange.ends_connection()
-    note(f"the upstream sent {data!r}" + (" and closed" if ends else ""))
-    ours, kept = run(loop, lambda: one_exchange(exchange, WITHIN_S))
-    verdict = oracle(data, ends, REQUEST_A)
-    note(f"ours: {ours!r}, kept: {kept}")
-    note(f"h11: {verdict!r}")
+    ours, kept, verdict, ends = both_read(loop, exchange, WITHIN_S)
     if isinstance(verdict.outcome, Failed):
         assert isinstance(ours, Failed), "an answer where h11 finds none"
     else:
@@ -236,13 +247,7 @@ def test_two_keys_on_one_pooled_connection_never_see_each_others_bytes(
 def test_a_malformed_answer_is_refused_or_read_as_h11_reads_it_and_never_reused(
     loop: str, exchange: Exchange
 ) -> None:
-    data = exchange.wire(REQUEST_A)
-    ends = exchange.ends_connection()
-    note(f"the upstream sent {data!r}" + (" and closed" if ends else ""))
-    ours, kept = run(loop, lambda: one_exchange(exchange, MALFORMED_WITHIN_S))
-    verdict = oracle(data, ends, REQUEST_A)
-    note(f"ours: {ours!r}, kept: {kept}")
-    note(f"h11: {verdict!r}")
+    ours, kept, verdict, ends = both_read(loop, exchange, MALFORMED_WITHIN_S)
     assert same_or_refused(ours, verdict.outcome), "an answer h11 does not read"
     if kept:  # only after an answer h11 reads the same, and would send the next request after
         reusable = verdict.reusable and not verdict.leftover and not ends

@@ -25,9 +25,9 @@ import httpx
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from tests.gateway_proc import GatewayProcess
+from tests.odd_ids import WIDE_DIGIT, odd_ids
 
 KEY, LISTER = "sk-bounds-one", "sk-bounds-lister"
 SHOWN = 1_000  # line errors a failed batch's object keeps
@@ -35,7 +35,6 @@ PAGE_BYTES = 512 * 1024  # a batch listing's page, at most (and at least one bat
 DEADLINE_S = 30.0
 STORES = ("directory", "memory:///")
 # A digit to str.isalnum() (MATHEMATICAL DOUBLE-STRUCK DIGIT ZERO), four bytes in UTF-8.
-WIDE_DIGIT = "\U0001d7d8"
 WELL_FORMED_FILE = "file-" + "0" * 24  # the shape of the gateway's ids, of no file
 WELL_FORMED_BATCH = "batch_" + "0" * 24
 ODD = [
@@ -220,16 +219,7 @@ def test_odd_ids_are_404s(gateway: GatewayProcess, odd: str) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(
-    odd=st.one_of(
-        st.text(max_size=80),
-        st.text(alphabet=st.sampled_from("./%\\\x00:e2fF-_"), max_size=40),
-        st.builds(lambda s: "file-" + s, st.text(max_size=300)),
-        st.builds(lambda s: "batch_" + s, st.text(max_size=300)),
-        st.integers(1, 2_000).map(lambda n: "batch_" + "a" * n),
-        st.integers(1, 200).map(lambda n: "file-" + WIDE_DIGIT * n),
-    )
-)
+@given(odd=odd_ids(300))
 def test_any_id_is_a_404_never_a_500(gateway: GatewayProcess, odd: str) -> None:
     for method, path in (
         ("GET", f"/v1/files/{quote(odd, safe='')}"),

@@ -10,9 +10,7 @@ upstream, as if the probe were not there; one it refuses is refused precisely (s
 
 from __future__ import annotations
 
-import io
 import socket
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +19,7 @@ import openai
 import orjson
 import pytest
 
+from tests.e2e.batches import finished, start, until
 from tests.gateway_proc import GatewayProcess
 from tests.security.held_support import (
     OPENAI_MODEL,
@@ -327,17 +326,8 @@ def test_a_batch_line_naming_another_host_fails_without_a_call(
         "body": {"model": ALIAS, "prompt": PROMPT, "max_tokens": 2},
     }
     with openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=0) as client:
-        made = client.files.create(
-            file=("in.jsonl", io.BytesIO(orjson.dumps(line) + b"\n")), purpose="batch"
-        )
-        batch = client.batches.create(
-            input_file_id=made.id, endpoint="/v1/completions", completion_window="24h"
-        )
-        deadline = time.monotonic() + BATCH_DEADLINE_S
-        while batch.status in ("validating", "in_progress", "finalizing"):
-            assert time.monotonic() < deadline, f"batch still {batch.status}"
-            time.sleep(0.05)
-            batch = client.batches.retrieve(batch.id)
+        made = start(client, orjson.dumps(line) + b"\n")
+        batch = until(client, made.id, finished, BATCH_DEADLINE_S)
     assert batch.status == "failed"
     assert batch.errors is not None and batch.errors.data is not None
     assert [(e.code, e.param, e.line) for e in batch.errors.data] == [

@@ -34,9 +34,9 @@ from gateway.uploads import (
     file_bytes,
     parser_for,
 )
+from tests.odd_ids import WIDE_DIGIT, odd_ids
 
 # A digit to str.isalnum() (MATHEMATICAL DOUBLE-STRUCK DIGIT ZERO), four bytes in UTF-8.
-WIDE_DIGIT = "\U0001d7d8"
 
 
 # ---------------------------------------------------------------- the requests
@@ -221,14 +221,7 @@ async def test_the_store(tmp_path: Path) -> None:
     assert (listed, more) == ([], False)
 
 
-ODD_IDS = st.one_of(
-    st.text(max_size=300),
-    st.text(alphabet=st.sampled_from("./%\\\x00:e2fF-_"), max_size=40),
-    st.builds(lambda s: "file-" + s, st.text(max_size=600)),
-    st.builds(lambda s: "batch_" + s, st.text(max_size=600)),
-    st.integers(1, 10_000).map(lambda n: "file-" + "a" * n),
-    st.integers(1, 10_000).map(lambda n: "batch_" + WIDE_DIGIT * n),
-)
+ODD_IDS = odd_ids(10_000)
 
 
 @settings(
