@@ -81,9 +81,9 @@ def config(port: int) -> str:
 async def run(requests: int) -> None:
     import uvicorn
 
-    from gateway.app import create_app
+    from gateway.api.app import create_app
     from gateway.config import parse
-    from gateway.protocol import GatewayHttpProtocol
+    from gateway.server.protocol import GatewayHttpProtocol
 
     loop = asyncio.get_running_loop()
     upstream = await loop.create_server(Upstream, HOST, 0)

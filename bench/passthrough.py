@@ -14,7 +14,7 @@ Three kinds of app:
                one parse, type checks, an alias, the answer checked and rendered again): what a
                gateway's essential work costs on the floor (MinimalApp)
 
-and three upstream clients: `http1`, the gateway's own (providers/openai_compat/http1.py), and the
+and three upstream clients: `http1`, the gateway's own (providers/transport/http1.py), and the
 libraries it was chosen over, `aiohttp` (the one it replaced) and `rnet` (hyper). All run under
 uvicorn with the gateway's own protocol and server options (and, with --workers N, N processes
 on one socket as `gateway serve --workers N` runs them), so the difference between one and the
@@ -46,9 +46,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.process import tune_allocator
-from gateway.protocol import GatewayHttpProtocol
-from providers.openai_compat import http1
+from gateway.server.process import tune_allocator
+from gateway.server.protocol import GatewayHttpProtocol
+from providers.transport import http1
 
 UPSTREAM_ENV = "BENCH_PASSTHROUGH_UPSTREAM"  # how uvicorn's worker processes learn it
 CLIENT_ENV = "BENCH_PASSTHROUGH_CLIENT"
@@ -390,8 +390,8 @@ async def answer(send: Send, status: int, content_type: str, body: bytes) -> Non
 
 def _upstream() -> Upstream:
     """The app's upstream, in a process whose C allocator is set as the gateway's serving
-    process sets it (gateway.process): left to glibc's own thresholds, the large answers of the
-    embeddings scenarios are served at one or at twice the rate from one run to the next."""
+    process sets it (gateway.server.process): left to glibc's own thresholds, the large answers of
+    the embeddings scenarios are served at one or at twice the rate from one run to the next."""
     tune_allocator()
     return Upstream(os.environ[UPSTREAM_ENV], os.environ.get(CLIENT_ENV, "http1"))
 

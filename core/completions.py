@@ -5,7 +5,7 @@ extensions and vLLM's extras, and the request the gateway builds from a body.
 declaration (`COMPLETIONS`), then the rules between fields OpenAI states (`CROSS_CHECKS`) and the
 gateway's own bounds (`RequestLimits`). Unknown fields are kept as sent; the dialect rules of the
 serving provider decide what happens to them. Checks that only vLLM makes between its extras run
-on vLLM's paths (`providers.vllm_checks`). Every error names its parameter.
+on vLLM's paths (`providers.rules.vllm_checks`). Every error names its parameter.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ COMPLETIONS = Declaration(
         obj("prompt", ("string", "array"), rf.prompt),
         integer("best_of", 0, 20),
         boolean("echo", default=False),
-        # OpenAI's cap of 5 is the dialects' (providers.params); vLLM allows up to its
+        # OpenAI's cap of 5 is the dialects' (providers.rules.params); vLLM allows up to its
         # max_logprobs, and -1 for the whole vocabulary.
         integer("logprobs", -1),
         integer("max_tokens", 0, default=DEFAULT_MAX_TOKENS),

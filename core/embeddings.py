@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from core.answers import EmbeddingUsage
 from core.checks import bad, batch
 from core.errors import InvalidRequest
 from core.fields import VLLM, Declaration, boolean, choice, integer, string, structured
-from core.responses import EmbeddingUsage
 from core.wire import Json, parse_json
 
 MAX_INPUTS = 2048  # OpenAI: "any array must be 2048 dimensions or less"

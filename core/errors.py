@@ -77,6 +77,24 @@ class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
 
 
+def too_long(window: int, prompt_tokens: int, max_tokens: int, where: str = "") -> str:
+    """OpenAI's wording for legacy completions, with both numbers."""
+    return (
+        f"This model's maximum context length is {window} tokens, however you requested "
+        f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in your prompt{where}; "
+        f"{max_tokens} for the completion). Please reduce your prompt; or completion length."
+    )
+
+
+def too_long_chat(window: int, prompt_tokens: int, max_tokens: int) -> str:
+    """OpenAI's wording for chat."""
+    return (
+        f"This model's maximum context length is {window} tokens. However, you requested "
+        f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in "
+        "the completion). Please reduce the length of the messages or completion."
+    )
+
+
 class UnsupportedParameter(InvalidRequest):
     code = "unsupported_parameter"
 

@@ -8,7 +8,7 @@ the definitions the gateway runs on, so that what is documented and what is serv
   required may be null: validation takes null as "the default".
 * The Files and Batch APIs' requests from their modules' constants (purposes, windows,
   endpoints, statuses, ranges).
-* Answers: the TypedDicts of `core.responses`, `core.files` and `core.batches`, converted
+* Answers: the TypedDicts of `core.answers`, `core.files` and `core.batches`, converted
   (`type_schema`); what the gateway stamps on them, and the few answers no type defines, are
   declared here by hand and say so.
 * Errors: `{"error": {message, type, param, code}}`, its keys those of `GatewayError.body()`, and
@@ -16,7 +16,7 @@ the definitions the gateway runs on, so that what is documented and what is serv
 * Authentication: Bearer, `x-portkey-api-key`, `x-portkey-virtual-key` (inference only), and
   the Portkey routing headers as parameters.
 
-Which paths exist is the gateway's (`gateway.app`'s tables); a test holds the two together, and
+Which paths exist is the gateway's (`gateway.api.app`'s tables); a test holds the two together, and
 holds each declaration's schema to its validation.
 """
 
@@ -32,8 +32,8 @@ from typing import Any
 
 import orjson
 
+from core import answers as r
 from core import batches, files
-from core import responses as r
 from core.chat import CHAT
 from core.chat import CROSS_CHECKS as CHAT_RULES
 from core.completions import COMPLETIONS, RequestLimits
@@ -174,8 +174,8 @@ def _refine(named: dict[str, Schema], name: str, **properties: Schema) -> None:
 
 def _stamped(named: dict[str, Schema], base: str, kind: str, *, stream: bool = False) -> Schema:
     """A canonical answer as the caller gets it: the gateway stamps `id`, `object`, `created`
-    and `model` (the caller's alias) on it (gateway.service, gateway.sse: declared here by
-    hand). A stream's content chunks carry `"usage": null` when usage was asked for."""
+    and `model` (the caller's alias) on it (gateway.pipeline.service, gateway.pipeline.sse: declared
+    here by hand). A stream's content chunks carry `"usage": null` when usage was asked for."""
     schema = named[base]
     properties: Schema = {
         "id": {"type": "string"},
@@ -245,7 +245,7 @@ def answer_schemas() -> dict[str, Schema]:
     embeddings["properties"]["usage"] = {"$ref": REF + "EmbeddingUsage"}
     embeddings["required"] += ["model", "usage"]
     named["CreateEmbeddingResponse"] = embeddings
-    # The model card (gateway.handlers builds it inline): declared here by hand.
+    # The model card (gateway.api.handlers builds it inline): declared here by hand.
     named["Model"] = {
         "type": "object",
         "properties": {
@@ -264,7 +264,7 @@ def answer_schemas() -> dict[str, Schema]:
         purpose={"enum": [*files.PURPOSES, files.BATCH_OUTPUT]},
     )
     named["ListFilesResponse"] = _list_of({"$ref": REF + "FileObject"}, paged=True)
-    # A deletion's answer (gateway.files builds it inline): declared here by hand.
+    # A deletion's answer (gateway.jobs.files builds it inline): declared here by hand.
     named["DeleteFileResponse"] = {
         "type": "object",
         "properties": {
@@ -300,7 +300,7 @@ def answer_schemas() -> dict[str, Schema]:
         },
     )
     named["ListBatchesResponse"] = _list_of({"$ref": REF + "BatchObject"}, paged=True)
-    # The probes' answers (gateway.handlers): declared here by hand.
+    # The probes' answers (gateway.api.handlers): declared here by hand.
     named["Status"] = {
         "type": "object",
         "properties": {"status": {"enum": ["ok", "ready", "starting"]}},

@@ -5,7 +5,7 @@ An adapter serves requests for its targets in two steps. `prepare` (`prepare_cha
 I/O, into a `Prepared` whose `state` is the adapter's own (the upstream body, the engine's
 settings); a field it cannot serve is an InvalidRequest there, before anything is sent.
 `complete`/`stream`, `complete_chat`/`stream_chat` and `embed` then send it and return the
-canonical answers of `core.responses`.
+canonical answers of `core.answers`.
 
 The gateway holds providers of many kinds side by side, so it sees each through `Provider`:
 `completion`, `chat` and `embedding` return the prepared request bound to its adapter (a `Call`),
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
+from core.answers import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 from core.chat import ChatRequest
 from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError
-from core.responses import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 
 # What a model does with a field its target cannot serve: a 400, or drop it (and say so).
 Policy = Literal["reject", "drop"]

@@ -50,7 +50,7 @@ from prometheus_client import (
     multiprocess,
 )
 
-from gateway.circuits import STATE_NAMES
+from gateway.routing.circuits import STATE_NAMES
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The operation (OpenTelemetry's gen_ai.operation.name): which endpoint served the request.

@@ -1,6 +1,6 @@
 """Everything built from one config, held as one object so a reload can swap it atomically:
 the providers (built from their config blocks through the registry), the key check, the routing
-plans, the rate limiter and the tries' needs (gateway.attempts). The metrics and the circuit
+plans, the rate limiter and the tries' needs (gateway.routing.attempts). The metrics and the circuit
 breakers outlive a runtime: a reload passes them on (gateway.reload), with the rate limiter and
 the providers whose settings did not change."""
 
@@ -12,15 +12,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from core.provider import Provider
-from gateway.attempts import Attempts
 from gateway.auth import Authenticator
-from gateway.circuits import Board
 from gateway.config import Config, ProviderConfig
-from gateway.filestore import FileStore
+from gateway.jobs.filestore import FileStore
 from gateway.metrics import Metrics
-from gateway.plans import Router
 from gateway.ratelimit import Limiter, RuleBook
-from gateway.trees import leaves
+from gateway.routing.attempts import Attempts
+from gateway.routing.circuits import Board
+from gateway.routing.plans import Router
+from gateway.routing.trees import leaves
 from providers import registry
 
 # A provider from its config block (the registry's; tests bring their own).
@@ -45,7 +45,7 @@ class Runtime:
     created: int = field(default_factory=lambda: int(time.time()))
     started: bool = False
     inflight: int = 0  # requests begun on this runtime and not over (GatewayApp counts them)
-    live: int = 0  # of those, inference requests: batch work yields to them (gateway.batches)
+    live: int = 0  # of those, inference requests: batch work yields to them (gateway.jobs.batches)
     idle: asyncio.Event | None = None  # swapped out: set once `inflight` is 0 (drained())
 
     @classmethod

@@ -21,14 +21,10 @@ import yaml
 
 from core.completions import RequestLimits
 from core.errors import ConfigError
-from gateway.circuits import CircuitPolicy
-from gateway.ratelimit import BreakerConfig, KeyLimits, Limits, RateLimitConfig
-from providers import registry
-
-from .models import ModelConfig, limits, models
-from .portkey import PortkeyConfig
-from .portkey import parse as portkey_config
-from .values import (
+from gateway.config.models import ModelConfig, limits, models
+from gateway.config.portkey import PortkeyConfig
+from gateway.config.portkey import parse as portkey_config
+from gateway.config.values import (
     boolean,
     integer,
     join,
@@ -41,6 +37,9 @@ from .values import (
     text,
     unique,
 )
+from gateway.ratelimit import BreakerConfig, KeyLimits, Limits, RateLimitConfig
+from gateway.routing.circuits import CircuitPolicy
+from providers import registry
 
 __all__ = [
     "DEV_KEY",
@@ -256,7 +255,8 @@ def _server(s: Mapping[str, Any]) -> ServerConfig:
 
 
 # What server.max_head_bytes and server.max_headers may be: a head of 1 KB fits any client's
-# request; past 1 MB the parser would again hold the event loop for long (gateway/protocol.py).
+# request; past 1 MB the parser would again hold the event loop for long
+# (gateway/server/protocol.py).
 HEAD_BYTES = (1024, 1 << 20)
 HEADERS = (1, 10_000)
 

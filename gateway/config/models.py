@@ -1,4 +1,5 @@
-"""`models:`: each alias's routing tree (gateway.trees), with retries, timeouts and defaults.
+"""`models:`: each alias's routing tree (gateway.routing.trees), with retries, timeouts and
+defaults.
 
 models:
   llama:
@@ -22,11 +23,20 @@ from core.embeddings import EMBEDDINGS
 from core.errors import ConfigError, InvalidRequest
 from core.fields import Declaration
 from core.provider import Target
+from gateway.config.values import (
+    integer,
+    known,
+    mapping,
+    number,
+    one_of,
+    seq,
+    statuses,
+    text,
+    weight,
+)
 from gateway.ratelimit import Limits
-from gateway.retry import MAX_ATTEMPTS, RetryPolicy
-from gateway.trees import FALLBACK_STATUSES, MODES, Group, Leaf, Node, leaves
-
-from .values import integer, known, mapping, number, one_of, seq, statuses, text, weight
+from gateway.routing.retry import MAX_ATTEMPTS, RetryPolicy
+from gateway.routing.trees import FALLBACK_STATUSES, MODES, Group, Leaf, Node, leaves
 
 POLICIES = ("reject", "drop")
 MODEL_KEYS = ("endpoint", "defaults", "unsupported_params", "limits")

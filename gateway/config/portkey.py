@@ -24,11 +24,20 @@ from typing import Any
 import orjson
 
 from core.errors import ConfigError, InvalidRequest
-from gateway.retry import MAX_ATTEMPTS, RETRY_STATUSES, RetryPolicy
-from gateway.trees import MODES, Group, Leaf, Node
-
-from .models import fall_on, params
-from .values import boolean, integer, known, mapping, one_of, seq, statuses, text, weight
+from gateway.config.models import fall_on, params
+from gateway.config.values import (
+    boolean,
+    integer,
+    known,
+    mapping,
+    one_of,
+    seq,
+    statuses,
+    text,
+    weight,
+)
+from gateway.routing.retry import MAX_ATTEMPTS, RETRY_STATUSES, RetryPolicy
+from gateway.routing.trees import MODES, Group, Leaf, Node
 
 ROOT = "config"  # Portkey's x-portkey-last-used-option-index is rooted here
 MAX_DEPTH = 4

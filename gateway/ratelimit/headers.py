@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from gateway.http import RawHeaders
+from gateway.asgi import RawHeaders
 from gateway.ratelimit.rules import Reported, Rule, State, Values, Verdict
 
 KIND_WORDS = {

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from core.errors import InvalidRequest, RateLimited, ServiceUnavailable
-from gateway.circuits import CLOSED, OPEN, Breaker, CircuitPolicy
-from gateway.http import RawHeaders
+from gateway.asgi import RawHeaders
 from gateway.ratelimit.headers import ratelimit_headers, refusal_message, retry_headers
 from gateway.ratelimit.memory import MemoryBackend
 from gateway.ratelimit.redis_backend import BackendDown, RedisBackend
 from gateway.ratelimit.rules import Ask, RateLimitConfig, Rule, RuleBook, Verdict
+from gateway.routing.circuits import CLOSED, OPEN, Breaker, CircuitPolicy
 
 log = logging.getLogger("gateway.ratelimit")
 

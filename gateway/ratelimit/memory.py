@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gateway.http import RawHeaders
+from gateway.asgi import RawHeaders
 from gateway.ratelimit.headers import kind_headers
 from gateway.ratelimit.rules import WINDOW_S, Ask, RuleSet, Values, Verdict
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .adapter import OpenAICompatProvider
+from providers.openai_compat.adapter import OpenAICompatProvider
 
 __all__ = ["OpenAICompatProvider"]

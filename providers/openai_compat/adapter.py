@@ -15,26 +15,36 @@ from typing import Any, ClassVar, TypeVar
 
 import orjson
 
+from core.answers import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 from core.chat import ChatRequest
 from core.completions import CONTEXT, CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, ContextLengthExceeded, GatewayError, InvalidRequest
 from core.messages import first_media_part
 from core.provider import Adapter, Prepared, Target
-from core.responses import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 from core.wire import Json
-from providers.params import Applied, Dialect, apply_rules
-
-from .chat_normalize import ChatNormalization, ChatStreamNormalizer, chat_answer, chat_extras
-from .chat_rules import RULES as CHAT_RULES
-from .client import UpstreamClient
-from .context import ContextGuard
-from .dialects import DIALECTS, DialectSpec
-from .embeddings import RULES as EMBEDDING_RULES
-from .embeddings import Arrays, answer
-from .emulate import completion_room, select_best
-from .normalize import Normalization, StreamNormalizer, choices, extras_for, finish
-from .settings import Settings, parse_settings
+from providers.openai_compat.chat_normalize import (
+    ChatNormalization,
+    ChatStreamNormalizer,
+    chat_answer,
+    chat_extras,
+)
+from providers.openai_compat.context_guard import ContextGuard
+from providers.openai_compat.dialects import DIALECTS, DialectSpec
+from providers.openai_compat.embeddings import RULES as EMBEDDING_RULES
+from providers.openai_compat.embeddings import Arrays, answer
+from providers.openai_compat.emulate import completion_room, select_best
+from providers.openai_compat.normalize import (
+    Normalization,
+    StreamNormalizer,
+    choices,
+    extras_for,
+    finish,
+)
+from providers.openai_compat.settings import Settings, parse_settings
+from providers.rules.chat import RULES as CHAT_RULES
+from providers.rules.params import Applied, Dialect, apply_rules
+from providers.transport.client import UpstreamClient
 
 T = TypeVar("T")
 Post = Callable[[bytes, Target], Awaitable[T]]  # the client's post_json or open_stream

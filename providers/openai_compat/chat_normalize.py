@@ -1,4 +1,4 @@
-"""Upstream chat answers → the canonical chat shape of core/responses.py.
+"""Upstream chat answers → the canonical chat shape of core/answers.py.
 
 Canonical output is OpenAI's: choices in index order, each with its assistant `message`
 (`content`, `refusal`, `tool_calls` when the model called tools), `logprobs` as
@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from core.responses import (
+from core.answers import (
     ChatChoice,
     ChatChunk,
     ChatChunkChoice,
@@ -31,10 +31,9 @@ from core.responses import (
     ToolCallDelta,
     TopLogprob,
 )
-
-from .chat_stops import ChatStopHoldBack, strip_chat_stop
-from .errors import bad_answer
-from .normalize import FINISH, FingerprintWait, finish_reason, usage
+from providers.openai_compat.chat_stops import ChatStopHoldBack, strip_chat_stop
+from providers.openai_compat.normalize import FINISH, FingerprintWait, finish_reason, usage
+from providers.transport.errors import bad_answer
 
 CHAT_FINISH: Mapping[str, str] = MappingProxyType(
     {**FINISH, "tool_calls": "tool_calls", "function_call": "tool_calls"}

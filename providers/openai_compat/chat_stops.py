@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from core.responses import (
+from core.answers import (
     ChatChoice,
     ChatChunkChoice,
     ChatDelta,
@@ -22,8 +22,7 @@ from core.responses import (
     Logprobs,
     TokenLogprob,
 )
-
-from .stops import StopHoldBack, strip_stop
+from providers.openai_compat.stops import StopHoldBack, strip_stop
 
 
 class Entries:

@@ -1,5 +1,5 @@
 """Embeddings through OpenAI-compatible upstreams: each dialect's parameter table for
-CreateEmbeddingRequest, and the upstream's answer in the canonical form (core/responses.py).
+CreateEmbeddingRequest, and the upstream's answer in the canonical form (core/answers.py).
 
 `encoding_format` goes upstream where the upstream is known to send OpenAI's base64 (OpenAI,
 vLLM's server, whose default is float32 in the machine's byte order: little-endian on every
@@ -22,11 +22,10 @@ from typing import Any
 
 import orjson
 
+from core.answers import Embeddings, EmbeddingUsage
 from core.embeddings import VLLM_FIELDS, decode, encode
-from core.responses import Embeddings, EmbeddingUsage
-from providers.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
-
-from .errors import bad_answer
+from providers.rules.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
+from providers.transport.errors import bad_answer
 
 OPENAI: Mapping[str, FieldRule] = MappingProxyType(
     {

@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from core.responses import Choice
+from core.answers import Choice
 
 # ---------------------------------------------------------------- best_of
 

@@ -1,4 +1,4 @@
-"""Upstream answers → the canonical shape of core/responses.py.
+"""Upstream answers → the canonical shape of core/answers.py.
 
 Canonical output is OpenAI's: choices in `prompt_idx * n + i` order with `text`, `index`,
 `logprobs` (legacy four lists, or null) and `finish_reason`. vLLM's per-choice answers to its
@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from core.answers import Choice, Chunk, Completion, Logprobs, Usage
 from core.errors import UpstreamError
-from core.responses import Choice, Chunk, Completion, Logprobs, Usage
-
-from .errors import bad_answer
-from .stops import StopHoldBack, strip_stop
+from providers.openai_compat.stops import StopHoldBack, strip_stop
+from providers.transport.errors import bad_answer
 
 FINISH: Mapping[str, str] = MappingProxyType(
     {

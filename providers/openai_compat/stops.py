@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from core.responses import Choice, Logprobs
+from core.answers import Choice, Logprobs
 
 
 def matched_stop(text: str, stops: Sequence[str]) -> str | None:

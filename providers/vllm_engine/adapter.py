@@ -23,15 +23,15 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from core.answers import ChatChunk, ChatCompletion, Choice, Chunk, Completion, Embeddings
 from core.chat import ChatRequest
 from core.completions import CONTEXT, CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import GatewayError, InvalidRequest, ServiceUnavailable, UpstreamTimeout
 from core.messages import first_media_part, text_only
 from core.provider import Adapter, Prepared, Target
-from core.responses import ChatChunk, ChatCompletion, Choice, Chunk, Completion, Embeddings
-from providers import vllm_checks
-from providers.params import apply_rules
+from providers.rules import vllm_checks
+from providers.rules.params import apply_rules
 from providers.vllm_engine import chat, chat_output, output, pooling, submit
 from providers.vllm_engine.chat import ChatFront, EngineChat
 from providers.vllm_engine.engine import GENERATE, Engine, engine_args

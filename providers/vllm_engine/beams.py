@@ -5,7 +5,7 @@ vLLM's server does not hand beam search to the engine as one request: its
 engine one token at a time, each beam a request asking for `2 * beam_width` logprobs, and yields
 one final `RequestOutput` with the `n` best beams. The same code runs here, on the engine this
 provider owns, so results are vLLM's. Only what `CompletionRequest.to_beam_search_params` reads
-applies; the gateway refuses the fields beam search would ignore (`providers.vllm_checks`).
+applies; the gateway refuses the fields beam search would ignore (`providers.rules.vllm_checks`).
 """
 
 from __future__ import annotations

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, Final
 from core.chat import ChatRequest
 from core.completions import CONTEXT
 from core.errors import InvalidRequest
-from providers import vllm_checks
+from providers.rules import vllm_checks
 from providers.vllm_engine import beams
-from providers.vllm_engine.context import fit_chat
 from providers.vllm_engine.fanout import Fanout, beam_fanout, fanout, temperature_of
 from providers.vllm_engine.mirostat import EXTRA_ARGS_KEYS
 from providers.vllm_engine.sampling import Generation, build, sampling_kwargs
 from providers.vllm_engine.settings import EngineSettings
 from providers.vllm_engine.submit import truncation
+from providers.vllm_engine.window import fit_chat
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput

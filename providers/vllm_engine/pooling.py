@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
+from core.answers import Embeddings
 from core.embeddings import VLLM_FIELDS, EmbeddingRequest, encode
 from core.errors import ContextLengthExceeded, InvalidRequest, ServiceUnavailable, UpstreamError
-from core.responses import Embeddings
-from providers.params import EMULATE, UNKNOWN, Action, FieldRule, passes
+from providers.rules.params import EMULATE, UNKNOWN, Action, FieldRule, passes
 from providers.vllm_engine import submit
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from core.completions import CONTEXT
-from providers.openai_compat.chat_rules import VLLM_RULES as VLLM_SERVER_CHAT
-from providers.openai_compat.dialects.openai import CONTINUOUS
-from providers.openai_compat.dialects.vllm import RULES as VLLM_SERVER
-from providers.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
+from providers.rules.chat import VLLM_RULES as VLLM_SERVER_CHAT
+from providers.rules.openai import CONTINUOUS
+from providers.rules.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
+from providers.rules.vllm import RULES as VLLM_SERVER
 from providers.vllm_engine.sampling import VLLM_DIRECT
 
 # vLLM's extras the engine serves, as vLLM's server does.

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from core.completions import CompletionRequest
 from core.errors import InvalidRequest
 from providers.vllm_engine import beams, output
-from providers.vllm_engine.context import fit
 from providers.vllm_engine.fanout import Fanout
 from providers.vllm_engine.sampling import Generation, build, sampling_kwargs
+from providers.vllm_engine.window import fit
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput

@@ -24,7 +24,7 @@ import pytest_asyncio
 import uvicorn
 
 from gateway import config as config_mod
-from gateway.app import GatewayApp, create_app
+from gateway.api.app import GatewayApp, create_app
 from providers.vllm_engine.adapter import VllmEngineProvider
 from tests.upstreams.procs import free_port
 from tests.vllm_proc import MODEL_DIR, engine_config, require_vllm

@@ -62,7 +62,7 @@ def uvicorn_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def httptools_is_the_gateways(monkeypatch: pytest.MonkeyPatch) -> None:
     """A test's server made with `http="httptools"` (test_fragmentation) runs the gateway's."""
-    monkeypatch.setitem(HTTP_PROTOCOLS, "httptools", "gateway.protocol:GatewayHttpProtocol")
+    monkeypatch.setitem(HTTP_PROTOCOLS, "httptools", "gateway.server.protocol:GatewayHttpProtocol")
 
 
 def _in_suite(item: pytest.Item) -> bool:

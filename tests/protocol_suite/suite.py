@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from gateway.protocol import GatewayHttpProtocol
+from gateway.server.protocol import GatewayHttpProtocol
 
 ROOT = Path(__file__).resolve().parents[2]
 FETCH = ROOT / "scripts" / "uvicorn_suite.py"

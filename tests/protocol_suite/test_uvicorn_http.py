@@ -1,5 +1,5 @@
 """uvicorn's own HTTP protocol tests (tests/protocols/test_http.py of its sdist, at the version
-pyproject.toml pins), run against the gateway's protocol (gateway/protocol.py).
+pyproject.toml pins), run against the gateway's protocol (gateway/server/protocol.py).
 
 scripts/uvicorn_suite.py fetches them (`make test` runs it first; this module runs it too, and
 fails collection if it fails). Each test that takes uvicorn's `http_protocol_cls` fixture runs
@@ -43,11 +43,11 @@ UPGRADE_WARNINGS = (
 HUGE_HEAD = (
     "deliberate: a request whose Cookie header alone is 64 KiB: uvicorn's httptools protocol "
     "takes a head of any size and answers 200; the gateway's answers 431 past its limit "
-    "(gateway.protocol.ListenerLimits.max_head_bytes, 65,536 bytes by default)"
+    "(gateway.server.protocol.ListenerLimits.max_head_bytes, 65,536 bytes by default)"
 )
 QUERY_HIDDEN = (
     "deliberate: the access log leaves a request's query string out ('/?...'): a caller may put "
-    "a key there (?api_key=), and keys are never logged (gateway.protocol.QueryHidden)"
+    "a key there (?api_key=), and keys are never logged (gateway.server.protocol.QueryHidden)"
 )
 DIFFERENCES: dict[str, str] = {
     "test_request_logging[gateway-/?foo]": QUERY_HIDDEN,

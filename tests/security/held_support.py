@@ -27,7 +27,7 @@ HOST = "127.0.0.1"
 DEADLINE_S = 10.0
 READ_SIZE = 65536
 OPENAI_MODEL = "gpt-3.5-turbo-instruct"
-# The protocol's own answer to bytes it cannot parse (gateway/protocol.py, _bad_request).
+# The protocol's own answer to bytes it cannot parse (gateway/server/protocol.py, _bad_request).
 PARSER_400_BODY = b"Invalid HTTP request received."
 
 

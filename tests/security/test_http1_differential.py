@@ -1,4 +1,4 @@
-"""The gateway's upstream client (providers/openai_compat/http1.py) read against h11's client
+"""The gateway's upstream client (providers/transport/http1.py) read against h11's client
 side, on generated upstream answers (issue 33: one tenant's completion served to another).
 
 An upstream that sent `103 Early Hints` before its `200` had the 103 taken as the answer: the
@@ -33,7 +33,7 @@ import uvloop
 from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
-from providers.openai_compat import http1
+from providers.transport import http1
 
 from .upstream_script import (
     MAX_HEAD_BYTES,

@@ -1,4 +1,4 @@
-"""What the differential tests of the gateway's upstream client (providers/openai_compat/http1.py,
+"""What the differential tests of the gateway's upstream client (providers/transport/http1.py,
 tests/security/test_http1_differential.py) are made of:
 
 - `Message`, `Exchange`: an upstream's answer to one request, as data: interim 1xx heads, the
@@ -29,7 +29,7 @@ from typing import Literal
 import h11
 from hypothesis import strategies as st
 
-from providers.openai_compat import http1
+from providers.transport import http1
 
 PATH = "/v1/completions"
 # Turns of the loop between two writes of an exchange: enough for the client to read each part

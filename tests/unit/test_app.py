@@ -17,9 +17,9 @@ from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import GatewayError, UpstreamError
 from core.provider import Adapter, Prepared, Target
-from gateway.app import create_app
+from gateway.api.app import create_app
 from gateway.config import Config, KeyConfig, ModelConfig, ProviderConfig, ServerConfig
-from gateway.trees import Group, Leaf
+from gateway.routing.trees import Group, Leaf
 
 pytestmark = pytest.mark.asyncio
 

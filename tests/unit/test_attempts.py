@@ -1,5 +1,5 @@
 """A request's tries through its plan, without HTTP: retries, fallback, loadbalance and circuit
-breakers, each on scripted sends (gateway.attempts)."""
+breakers, each on scripted sends (gateway.routing.attempts)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import pytest
 
 from core.errors import CircuitOpen, GatewayError, RequestTimeout, UpstreamError, UpstreamTimeout
 from core.provider import Target
-from gateway.attempts import Attempts, Outcome
-from gateway.circuits import OPEN, Board, CircuitPolicy
-from gateway.http import ClientGone, Message
+from gateway.asgi import ClientGone, Message
 from gateway.metrics import Metrics, RequestRecord
-from gateway.plans import Plan
-from gateway.retry import RetryPolicy
-from gateway.trees import FALLBACK_STATUSES, Group, Leaf, Node
+from gateway.routing.attempts import Attempts, Outcome
+from gateway.routing.circuits import OPEN, Board, CircuitPolicy
+from gateway.routing.plans import Plan
+from gateway.routing.retry import RetryPolicy
+from gateway.routing.trees import FALLBACK_STATUSES, Group, Leaf, Node
 
 pytestmark = pytest.mark.asyncio
 FAST = RetryPolicy(attempts=2, backoff_s=0.001, max_backoff_s=0.001)

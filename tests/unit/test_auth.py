@@ -7,8 +7,8 @@ import pytest
 from core.errors import AuthenticationFailed, ModelNotFound, PermissionDenied
 from gateway import config
 from gateway.auth import Authenticator
-from gateway.plans import Router
-from gateway.trees import Group, leaves
+from gateway.routing.plans import Router
+from gateway.routing.trees import Group, leaves
 
 CFG = config.parse(
     """

@@ -25,9 +25,9 @@ from core.batches import (
 from core.errors import InvalidRequest
 from core.files import ListQuery
 from gateway import config
-from gateway.batches import Run, Runner, shown
-from gateway.batchstore import BatchStore
-from gateway.filestore import file_object
+from gateway.jobs.batches import Run, Runner, shown
+from gateway.jobs.batchstore import BatchStore
+from gateway.jobs.filestore import file_object
 from gateway.runtime import Runtime
 
 URL = "/v1/chat/completions"

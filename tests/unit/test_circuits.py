@@ -14,7 +14,7 @@ from core.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from gateway.circuits import (
+from gateway.routing.circuits import (
     ANY_MODEL,
     CLOSED,
     HALF_OPEN,

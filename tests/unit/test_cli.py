@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from gateway import __main__ as cli
 from gateway.config import HEAD_BYTES, HEADERS, ServerConfig, ServerTimeouts
-from gateway.protocol import ListenerLimits
+from gateway.server import cli
+from gateway.server.protocol import ListenerLimits
 from providers import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def gateway(*args: str, prelude: str = "") -> Run:
     """`python -m gateway ARGS`; `prelude` runs first in the same interpreter (to hide modules)."""
     cmd = [sys.executable, "-m", "gateway", *args]
     if prelude:
-        main = "import sys\nfrom gateway.__main__ import main\nsys.exit(main(sys.argv[1:]))"
+        main = "import sys\nfrom gateway.server.cli import main\nsys.exit(main(sys.argv[1:]))"
         cmd = [sys.executable, "-c", f"{prelude}\n{main}", *args]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -137,7 +137,7 @@ def test_missing_engine_dependencies_say_how_to_install(tmp_path: Path) -> None:
 
 
 def test_importing_the_cli_stays_cheap() -> None:
-    code = f"import sys, gateway.__main__; print([m for m in {HEAVY!r} if m in sys.modules])"
+    code = f"import sys, gateway.server.cli; print([m for m in {HEAVY!r} if m in sys.modules])"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )

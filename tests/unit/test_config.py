@@ -11,8 +11,8 @@ import pytest
 
 from core.errors import ConfigError
 from gateway import config
-from gateway.__main__ import is_loopback
-from gateway.trees import Group
+from gateway.routing.trees import Group
+from gateway.server.cli import is_loopback
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from core.answers import EmbeddingUsage
 from core.embeddings import decode, document, encode, validate_embedding
 from core.errors import ConfigError, InvalidRequest
-from core.responses import EmbeddingUsage
 from gateway import config
 from gateway.auth import Authenticator
-from gateway.plans import Router
+from gateway.routing.plans import Router
 
 
 def parse(**fields: Any) -> Any:
@@ -158,7 +158,7 @@ TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible")
 def test_every_embeddings_field_has_a_row_in_every_dialect(tag: str) -> None:
     from core.embeddings import FIELDS
     from providers.openai_compat.embeddings import RULES
-    from providers.params import UNKNOWN
+    from providers.rules.params import UNKNOWN
 
     assert [name for name in (*FIELDS, UNKNOWN) if name not in RULES[tag]] == []
 

@@ -22,10 +22,10 @@ from core.errors import (
 )
 from core.files import ListQuery, is_file_id, list_query, new_file_id, upload
 from gateway import config
-from gateway.batchstore import BatchStore
-from gateway.filestore import FileStore, check_store, file_object, owner_of
-from gateway.http import Message
-from gateway.uploads import (
+from gateway.asgi import Message
+from gateway.jobs.batchstore import BatchStore
+from gateway.jobs.filestore import FileStore, check_store, file_object, owner_of
+from gateway.jobs.uploads import (
     BOUNDARY_PARAM,
     MAX_BOUNDARY_CHARS,
     MAX_FIELD_BYTES,

@@ -1,4 +1,4 @@
-"""The gateway's HTTP/1.1 client (providers/openai_compat/http1.py) against a server that says
+"""The gateway's HTTP/1.1 client (providers/transport/http1.py) against a server that says
 exactly what each test scripts, byte for byte: keep-alive reuse, bodies by length, chunks or
 the connection's end, compression, streaming as bytes arrive, backpressure, the pool's limit
 and idle expiry, and every way a connection can fail (refused, closed before the answer, cut
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from providers.openai_compat import http1
+from providers.transport import http1
 
 pytestmark = pytest.mark.asyncio
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

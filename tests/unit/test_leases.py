@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.filestore import FileStore
-from gateway.leases import Leases, RedisLeases, StoreLeases, leases_for
+from gateway.jobs.filestore import FileStore
+from gateway.jobs.leases import Leases, RedisLeases, StoreLeases, leases_for
 from gateway.ratelimit import RateLimitConfig
 from tests.redis_proc import RedisServer
 

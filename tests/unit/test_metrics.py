@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from core.errors import ConfigError
-from gateway.app import create_app
+from gateway.api.app import create_app
 from gateway.config import MetricsConfig, parse
 from gateway.metrics import FLUSH_S, CounterHandle, HistogramHandle, Metrics, RequestRecord
 

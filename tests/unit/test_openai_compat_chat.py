@@ -8,12 +8,12 @@ from typing import Any
 import orjson
 import pytest
 
+from core.answers import ChatChunk, Usage
 from core.chat import CHAT, VLLM_FIELDS, validate_chat
 from core.completions import RequestLimits
 from core.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter, UpstreamError
 from core.fields import EXTENSION
 from core.provider import Target
-from core.responses import ChatChunk, Usage
 from providers.openai_compat import OpenAICompatProvider
 from providers.openai_compat.adapter import UpstreamChat, _truncated_chat
 from providers.openai_compat.chat_normalize import (
@@ -21,8 +21,8 @@ from providers.openai_compat.chat_normalize import (
     ChatStreamNormalizer,
     chat_answer,
 )
-from providers.openai_compat.chat_rules import RULES
-from providers.params import UNKNOWN, Action
+from providers.rules.chat import RULES
+from providers.rules.params import UNKNOWN, Action
 
 TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible")
 HELLO = [{"role": "user", "content": "hello"}]

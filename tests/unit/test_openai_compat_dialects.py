@@ -13,7 +13,7 @@ from core.provider import Target
 from providers.openai_compat import OpenAICompatProvider
 from providers.openai_compat.adapter import UpstreamCompletion
 from providers.openai_compat.dialects import DIALECTS
-from providers.params import DROP, EMULATE, REJECT, UNKNOWN, Action, apply_rules, passes
+from providers.rules.params import DROP, EMULATE, REJECT, UNKNOWN, Action, apply_rules, passes
 
 TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible")
 

@@ -16,15 +16,15 @@ from core.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from providers.openai_compat import http1
-from providers.openai_compat.errors import (
+from providers.transport import http1
+from providers.transport.errors import (
     Detail,
     event_error,
     parse_body,
     transport_error,
     upstream_error,
 )
-from providers.openai_compat.sse import SSEDecoder
+from providers.transport.sse import SSEDecoder
 
 LABEL = "fireworks/accounts/x/models/y"
 

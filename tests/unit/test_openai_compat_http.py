@@ -11,6 +11,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from core.answers import Chunk
 from core.completions import RequestLimits, validate_completion
 from core.errors import (
     ContextLengthExceeded,
@@ -21,7 +22,6 @@ from core.errors import (
     UpstreamUnreachable,
 )
 from core.provider import Prepared, Target
-from core.responses import Chunk
 from providers.openai_compat import OpenAICompatProvider
 from providers.openai_compat.adapter import UpstreamCompletion
 

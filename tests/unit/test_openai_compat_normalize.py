@@ -7,8 +7,8 @@ from typing import Any, cast
 
 import pytest
 
+from core.answers import Choice, Chunk, Completion, Logprobs, Usage
 from core.errors import UpstreamError
-from core.responses import Choice, Chunk, Completion, Logprobs, Usage
 from providers.openai_compat.emulate import completion_room, mean_logprob, select_best
 from providers.openai_compat.normalize import (
     Normalization,

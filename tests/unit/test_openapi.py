@@ -19,6 +19,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from core import batches, files
+from core.answers import EmbeddingUsage, Usage
 from core.chat import CHAT
 from core.completions import COMPLETIONS
 from core.embeddings import EMBEDDINGS
@@ -26,11 +27,10 @@ from core.embeddings import document as embeddings_document
 from core.errors import InvalidRequest
 from core.fields import Declaration, Field
 from core.openapi import build, document_json, error_tree
-from core.responses import EmbeddingUsage, Usage
-from gateway.app import EXACT, PREFIXED
+from gateway.api.app import EXACT, PREFIXED
 from gateway.config.portkey import HEADERS as PORTKEY_HEADERS
-from gateway.filestore import file_object
-from gateway.sse import Envelope
+from gateway.jobs.filestore import file_object
+from gateway.pipeline.sse import Envelope
 
 DOC = build()
 SCHEMAS: dict[str, Any] = DOC["components"]["schemas"]
@@ -70,7 +70,7 @@ def test_served_bytes_are_the_document_built_once() -> None:
 
 
 def test_every_route_is_documented_and_every_path_is_a_route() -> None:
-    """A route added to gateway.app without its document (or the reverse) fails here. HEAD is
+    """A route added to gateway.api.app without its document (or the reverse) fails here. HEAD is
     served with every GET and not documented apart."""
     paths: dict[str, Any] = DOC["paths"]
     for path, (_, served) in EXACT.items():

@@ -8,8 +8,8 @@ import pytest
 from core.errors import ConfigError, UpstreamError
 from gateway.config import parse as parse_yaml
 from gateway.config.portkey import PORTKEY_RETRY, from_header, parse, with_timeout
-from gateway.retry import RETRY_STATUSES
-from gateway.trees import Group, Leaf, leaves
+from gateway.routing.retry import RETRY_STATUSES
+from gateway.routing.trees import Group, Leaf, leaves
 
 PROVIDERS = ("a", "b")
 

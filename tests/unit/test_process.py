@@ -1,4 +1,4 @@
-"""gateway.process: the allocator's thresholds, seen from where a buffer lands in memory.
+"""gateway.server.process: the allocator's thresholds, seen from where a buffer lands in memory.
 
 Each case runs in a fresh interpreter: the thresholds are process-wide, and glibc's dynamic
 threshold depends on what the process freed before.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import process
+from gateway.server import process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # tuning or not.
 WHERE = """
 import ctypes, sys
-from gateway import process
+from gateway.server import process
 tuned = sys.argv[1] == "tuned" and process.tune_allocator()
 buffer = bytearray(1 << 20)
 at = ctypes.addressof((ctypes.c_char * len(buffer)).from_buffer(buffer))

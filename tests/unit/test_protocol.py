@@ -1,10 +1,10 @@
-"""The gateway's HTTP protocol (gateway/protocol.py), driven byte for byte over a recording
+"""The gateway's HTTP protocol (gateway/server/protocol.py), driven byte for byte over a recording
 transport: a response's head leaves with its body, a stream's by the end of the turn, a busy
 loop's writes at the end of its turn; keep-alive, pipelining, chunked and 100-continue bodies,
 HEAD, `Connection: close` and HTTP/1.0, a malformed request, a failing app, the caller's
 disconnect (its DisconnectWatch), the keep-alive timeout and graceful shutdown; the listener's
 limits (a head's size and count of headers, counted as it arrives and never fed to the parser
-past its size; the head's and the body's timeouts). Then the watch itself (gateway/http.py)."""
+past its size; the head's and the body's timeouts). Then the watch itself (gateway/asgi.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from gateway.http import (
+from gateway.asgi import (
     WATCH,
     ClientGone,
     DisconnectWatch,
@@ -26,7 +26,12 @@ from gateway.http import (
     until_disconnect,
     watched,
 )
-from gateway.protocol import DEFAULT_LIMITS, GatewayConfig, GatewayHttpProtocol, ListenerLimits
+from gateway.server.protocol import (
+    DEFAULT_LIMITS,
+    GatewayConfig,
+    GatewayHttpProtocol,
+    ListenerLimits,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -563,7 +568,7 @@ async def test_a_plain_uvicorn_config_gives_the_default_limits() -> None:
 
 async def test_a_connections_attributes_are_all_slots() -> None:
     """Each attribute the protocol sets is one of its slots (its reads are slower from a dict of
-    more than 30: gateway/protocol.py)."""
+    more than 30: gateway/server/protocol.py)."""
     conn, _ = connect(answering(), limits=QUICK)
     conn.data_received(post(b"{}"))
     await settle()
@@ -573,7 +578,7 @@ async def test_a_connections_attributes_are_all_slots() -> None:
 async def test_the_limits_go_to_spawned_workers_with_the_config() -> None:
     """uvicorn pickles its Config to each worker it spawns."""
     limits = ListenerLimits(max_head_bytes=2048, max_headers=7, head_s=1.5, body_s=2.5)
-    config = GatewayConfig("gateway.factory:app_from_env", factory=True, listener=limits)
+    config = GatewayConfig("gateway.server.factory:app_from_env", factory=True, listener=limits)
     assert cast(GatewayConfig, pickle.loads(pickle.dumps(config))).listener == limits
 
 

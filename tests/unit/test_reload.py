@@ -21,11 +21,11 @@ from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, RateLimited
 from core.provider import Adapter, Prepared, Target
-from gateway.app import GatewayApp, create_app
-from gateway.circuits import OPEN, CircuitPolicy
+from gateway.api.app import GatewayApp, create_app
+from gateway.asgi import Message
 from gateway.config import Config, ProviderConfig, parse
-from gateway.http import Message
 from gateway.reload import parse_snapshot, read, successor
+from gateway.routing.circuits import OPEN, CircuitPolicy
 from gateway.runtime import Runtime
 
 pytestmark = pytest.mark.asyncio

@@ -16,8 +16,8 @@ from core.errors import (
     UpstreamUnreachable,
 )
 from gateway.config import parse
-from gateway.retry import RetryPolicy, retry_after
-from gateway.trees import leaves
+from gateway.routing.retry import RetryPolicy, retry_after
+from gateway.routing.trees import leaves
 
 
 def upstream(status: int, **headers: str) -> UpstreamError:

@@ -16,9 +16,9 @@ from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, GatewayError, UpstreamError, UpstreamTimeout
 from core.provider import Adapter, Prepared, Target
-from gateway.app import GatewayApp, create_app
+from gateway.api.app import GatewayApp, create_app
 from gateway.config import parse
-from gateway.trees import leaves
+from gateway.routing.trees import leaves
 
 PROVIDERS = ("a", "b", "c")
 KEY = "sk-trees"

@@ -1,4 +1,4 @@
-"""Answers in their provider's shape (gateway.shapes): OpenAI's leaves out what is not set;
+"""Answers in their provider's shape (gateway.pipeline.shapes): OpenAI's leaves out what is not set;
 vLLM's server's has each field of its answer, null when not set, and writes the fingerprint on
 the chunks that end a choice (or on the usage chunk, when usage was asked for). The e2e parity
 suite (tests/e2e/test_vllm_shape.py) holds these against vLLM's own server."""
@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 import pytest
 
+from core.answers import ChatCompletion, Completion, Usage
 from core.errors import ConfigError
-from core.responses import ChatCompletion, Completion, Usage
-from gateway.shapes import chat_document, completion_document, envelope
-from gateway.sse import CHAT_CHUNK
+from gateway.pipeline.shapes import chat_document, completion_document, envelope
+from gateway.pipeline.sse import CHAT_CHUNK
 from providers.openai_compat.chat_normalize import ChatNormalization, ChatStreamNormalizer
 from providers.openai_compat.normalize import Normalization, StreamNormalizer
 from providers.openai_compat.settings import parse_settings

@@ -1,11 +1,11 @@
-"""SSE rendering of canonical chunks (gateway.sse.Envelope)."""
+"""SSE rendering of canonical chunks (gateway.pipeline.sse.Envelope)."""
 
 from __future__ import annotations
 
 import orjson
 
-from core.responses import Usage
-from gateway.sse import Envelope
+from core.answers import Usage
+from gateway.pipeline.sse import Envelope
 
 CHOICES = [{"text": "a", "index": 0, "logprobs": None, "finish_reason": None}]
 USAGE: Usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}

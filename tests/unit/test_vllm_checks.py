@@ -10,7 +10,7 @@ import pytest
 from core.chat import validate_chat
 from core.completions import RequestLimits, validate_completion
 from core.errors import InvalidRequest
-from providers import vllm_checks
+from providers.rules import vllm_checks
 
 LIMITS = RequestLimits()
 BASE = {"model": "m", "prompt": "hi"}

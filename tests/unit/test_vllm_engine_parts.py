@@ -17,12 +17,12 @@ from core.errors import (
 from providers import registry
 from providers.vllm_engine import engine as engine_mod
 from providers.vllm_engine.adapter import VllmEngineProvider
-from providers.vllm_engine.context import fit
 from providers.vllm_engine.engine import Engine, engine_args
 from providers.vllm_engine.fanout import Fanout, fanout, mean_logprob, select
 from providers.vllm_engine.mirostat import LOGITS_PROCESSOR
 from providers.vllm_engine.settings import EngineSettings
 from providers.vllm_engine.shared import Slot
+from providers.vllm_engine.window import fit
 
 SETTINGS = EngineSettings("./models/tiny", {"max_model_len": 64})
 

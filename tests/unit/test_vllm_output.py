@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from core.responses import Chunk, Usage
+from core.answers import Chunk, Usage
 from providers.openai_compat.normalize import extras_for
 from providers.vllm_engine.output import (
     EngineStopped,

@@ -238,7 +238,7 @@ def test_every_field_has_an_engine_rule() -> None:
 
 def test_every_vllm_extra_is_served() -> None:
     from core.completions import SUB_FIELDS, VLLM_FIELDS
-    from providers.params import Action
+    from providers.rules.params import Action
     from providers.vllm_engine.rules import RULES, SERVED
 
     assert sorted(SERVED) == sorted(VLLM_FIELDS)
@@ -248,7 +248,7 @@ def test_every_vllm_extra_is_served() -> None:
 
 def test_every_passed_field_is_used() -> None:
     from core.completions import FIELDS
-    from providers.params import Action
+    from providers.rules.params import Action
     from providers.vllm_engine.rules import RULES
 
     body = Recording()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from . import fireworks, generic, openai, vllm
-from .spec import DialectSpec
+from providers.openai_compat.dialects import fireworks, generic, openai, vllm
+from providers.openai_compat.dialects.spec import DialectSpec
 
 DIALECTS: Mapping[str, DialectSpec] = MappingProxyType(
     {spec.name: spec for spec in (openai.SPEC, fireworks.SPEC, vllm.SPEC, generic.SPEC)}

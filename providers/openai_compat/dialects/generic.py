@@ -10,11 +10,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from core.completions import VLLM_FIELDS
-from providers.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
-
-from .openai import CONTINUOUS
-from .openai import RULES as OPENAI
-from .spec import DialectSpec
+from providers.openai_compat.dialects.spec import DialectSpec
+from providers.rules.openai import CONTINUOUS
+from providers.rules.openai import RULES as OPENAI
+from providers.rules.params import EMULATE, UNKNOWN, Action, FieldRule, derive, passes
 
 NO_MIROSTAT = "not supported for generic OpenAI-compatible servers"
 

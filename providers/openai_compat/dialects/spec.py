@@ -1,7 +1,7 @@
 """What a dialect is: its parameter table plus the behaviour flags the adapter acts on.
 
 The flags describe upstream behaviour that is not a property of one request field, so they
-cannot live in the rule table (providers.params).
+cannot live in the rule table (providers.rules.params).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.provider import AnswerShape
-from providers.params import Dialect
+from providers.rules.params import Dialect
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ import obstore
 import orjson
 
 from core.batches import BatchObject, is_batch_id
-from gateway.filestore import FileStore
+from gateway.jobs.filestore import FileStore
 
 ROOT = "batches"
 UNDER_WAY = "batches-under-way"  # one empty object per batch with work left: what runners list
@@ -158,5 +158,5 @@ class BatchStore:
 
 
 def lease_name(record: Record) -> str:
-    """What a batch's lease is called (gateway.leases)."""
+    """What a batch's lease is called (gateway.jobs.leases)."""
     return f"{record['owner']}/{record['batch']['id']}"

@@ -21,10 +21,9 @@ from typing import Any
 
 import orjson
 
-from core.errors import ContextLengthExceeded, GatewayError
+from core.errors import ContextLengthExceeded, GatewayError, too_long, too_long_chat
 from core.provider import Target
-
-from .client import UpstreamClient
+from providers.transport.client import UpstreamClient
 
 SPECIAL_TOKENS_MARGIN = 8
 # What a chat template may add around the messages (role markers, a default system line): a
@@ -47,24 +46,6 @@ NOT_FOUND = "upstream_not_found"  # the code of an upstream 404 (errors.py)
 def server_root(base_url: str) -> str:
     """vLLM serves /tokenize beside /v1, not under it."""
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
-
-
-def too_long(window: int, prompt_tokens: int, max_tokens: int, where: str = "") -> str:
-    """OpenAI's wording for legacy completions, with both numbers."""
-    return (
-        f"This model's maximum context length is {window} tokens, however you requested "
-        f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in your prompt{where}; "
-        f"{max_tokens} for the completion). Please reduce your prompt; or completion length."
-    )
-
-
-def too_long_chat(window: int, prompt_tokens: int, max_tokens: int) -> str:
-    """OpenAI's wording for chat."""
-    return (
-        f"This model's maximum context length is {window} tokens. However, you requested "
-        f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in "
-        "the completion). Please reduce the length of the messages or completion."
-    )
 
 
 class ContextGuard:

@@ -1,6 +1,6 @@
 """The HTTP handlers, one per endpoint. Each is short: it authenticates, reads the body and hands
-the request to the service (`gateway.service`), or answers itself (models, health, metrics, the
-API document). Errors are raised, and rendered in one place (`Endpoint`).
+the request to the service (`gateway.pipeline.service`), or answers itself (models, health, metrics,
+the API document). Errors are raised, and rendered in one place (`Endpoint`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import orjson
 
 from core.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, internal
 from core.openapi import document_json
-from gateway import batches as batches_api
-from gateway import files as files_api
-from gateway import service
+from gateway.asgi import JSON_HEADERS, ClientGone, read_body
 from gateway.auth import Principal
-from gateway.context import Inbound, Reply
-from gateway.http import JSON_HEADERS, ClientGone, read_body
+from gateway.jobs import batches as batches_api
+from gateway.jobs import files as files_api
 from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
+from gateway.pipeline import service
+from gateway.pipeline.exchange import Inbound, Reply
 
 log = logging.getLogger("gateway.handlers")
 
@@ -216,7 +216,7 @@ async def readyz(inbound: Inbound, reply: Reply) -> None:
 
 
 async def metrics(inbound: Inbound, reply: Reply) -> None:
-    """/metrics on the API port, unless it has a listener of its own (gateway.exporter); with
+    """/metrics on the API port, unless it has a listener of its own (gateway.api.exporter); with
     metrics.require_key, for any configured key."""
     rt = inbound.runtime
     if not rt.metrics.enabled:

@@ -18,8 +18,7 @@ from types import MappingProxyType
 
 import orjson
 
-from core.provider import AnswerShape
-from core.responses import (
+from core.answers import (
     ChatChoice,
     ChatChunkChoice,
     ChatCompletion,
@@ -27,7 +26,8 @@ from core.responses import (
     Completion,
     Usage,
 )
-from gateway.sse import CHAT_CHUNK, Envelope
+from core.provider import AnswerShape
+from gateway.pipeline.sse import CHAT_CHUNK, Envelope
 
 Unset = Mapping[str, None]
 

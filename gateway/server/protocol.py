@@ -17,7 +17,7 @@ shutdown (`shutdown`), the access log. And what the gateway adds:
 - while other requests are being served, every write waits for the end of the turn: the turn's
   writes then leave after all its work, which measured faster under load than writing each as
   it comes. Idle, a stream's event leaves at once;
-- each request's scope carries a DisconnectWatch (gateway/http.py), set off by the
+- each request's scope carries a DisconnectWatch (gateway/asgi.py), set off by the
   connection's loss, so the app needs no task per request to learn that its caller left;
 - the listener's limits (`ListenerLimits`, carried by `GatewayConfig`; a plain uvicorn Config
   gives the defaults): a request's head (its line and headers) is counted as it arrives and
@@ -43,7 +43,7 @@ import httptools
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from gateway.http import WATCH, DisconnectWatch, Message
+from gateway.asgi import WATCH, DisconnectWatch, Message
 
 HEADER_NAME_BAD = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
 HEADER_VALUE_BAD = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")

@@ -15,7 +15,7 @@ legacy logprobs, stop strings excluded, usage as OpenAI counts it. The gateway t
 * A choice may also carry vLLM's extras, each only when not null: `stop_reason` (the stop
   string or token id that ended it), `prompt_logprobs` (vLLM's format), `prompt_token_ids` (a
   stream's first delta of the choice) and `token_ids`. Written in vLLM's shape
-  (gateway/shapes.py), they are on every answer, null when not set: the types say so.
+  (gateway/pipeline/shapes.py), they are on every answer, null when not set: the types say so.
 * `Embeddings`: one embedding per input, in input order, each in the request's
   `encoding_format`: a list of floats, or OpenAI's base64 of little-endian float32 values. A
   list of floats may be relayed as the upstream wrote it: its JSON, an orjson.Fragment.

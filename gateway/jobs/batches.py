@@ -1,7 +1,7 @@
 """The Batch API and the runner that carries batches out.
 
 The API (`create`, `listing`, `retrieve`, `cancel`) only reads and writes batch records in the
-store (gateway.batchstore); the runner, one per serving process, finds the batches that have
+store (gateway.jobs.batchstore); the runner, one per serving process, finds the batches that have
 work left and runs them: the input file checked (`core.batches.check_lines`), each line served
 as the batch's key would be served live (the same service functions, routing, limits and
 providers as a request over HTTP), its answer stored as it comes, then the output and error
@@ -9,9 +9,9 @@ files written. A line the gateway refuses goes to the error file; a rate limit m
 wait, never fail it. A gateway started again finds its batches where they were.
 
 What a caller sends is bounded before it reaches the store: a batch id or an input file id not of
-the shape the gateway makes is a 404 (gateway.batchstore, gateway.filestore); a failed batch's
-object keeps at most MAX_ERRORS_SHOWN line errors (all are in its error file); a listing's page
-stops at PAGE_BYTES.
+the shape the gateway makes is a 404 (gateway.jobs.batchstore, gateway.jobs.filestore); a failed
+batch's object keeps at most MAX_ERRORS_SHOWN line errors (all are in its error file); a listing's
+page stops at PAGE_BYTES.
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ from core.batches import (
 from core.errors import GatewayError, InvalidRequest, NotFound, RateLimited, internal
 from core.files import BATCH_OUTPUT, new_file_id
 from core.wire import parse_json
-from gateway import service
+from gateway.asgi import JSON_HEADERS, Message, caller_stays
 from gateway.auth import Principal
-from gateway.batchstore import ACTIVE, Answer, BatchStore, Record, lease_name
-from gateway.context import Ids, Inbound, Reply
-from gateway.filestore import file_object, owner_of
-from gateway.http import JSON_HEADERS, Message, caller_stays
-from gateway.leases import leases_for
+from gateway.jobs.batchstore import ACTIVE, Answer, BatchStore, Record, lease_name
+from gateway.jobs.filestore import file_object, owner_of
+from gateway.jobs.leases import leases_for
 from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
+from gateway.pipeline import service
+from gateway.pipeline.exchange import Ids, Inbound, Reply
 from gateway.runtime import Runtime
 
 log = logging.getLogger("gateway.batches")
@@ -199,7 +199,7 @@ async def _owned(rt: Runtime, principal: Principal, batch_id: str) -> Record:
 
 
 class Runner:
-    """Runs the batches that have work left, each under a lease (gateway.leases), a bounded
+    """Runs the batches that have work left, each under a lease (gateway.jobs.leases), a bounded
     number of lines at a time across all of them: `max_concurrency`, or `live_concurrency` while
     live requests are being served. `runtime()` is the runtime new work uses (a reload's swap
     applies to the next line); the leases are those of the config the process started with."""

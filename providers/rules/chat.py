@@ -19,10 +19,9 @@ from core.chat import CHAT, VLLM_FIELDS
 from core.completions import CONTEXT
 from core.errors import UnsupportedParameter
 from core.fields import EXTENSION, OPENAI
-from providers.params import EMULATE, UNKNOWN, Action, FieldRule, convert, derive, passes
-
-from .dialects.openai import CONTINUOUS, usage_always
-from .dialects.vllm import response_format_for_vllm, top_p_nonzero
+from providers.rules.openai import CONTINUOUS, usage_always
+from providers.rules.params import EMULATE, UNKNOWN, Action, FieldRule, convert, derive, passes
+from providers.rules.vllm import response_format_for_vllm, top_p_nonzero
 
 # OpenAI's fields that only OpenAI serves: the others refuse them rather than ignore them.
 OPENAI_ONLY = (

@@ -19,7 +19,7 @@ import orjson
 from obstore.exceptions import AlreadyExistsError
 from redis.exceptions import RedisError
 
-from gateway.filestore import FileStore
+from gateway.jobs.filestore import FileStore
 from gateway.ratelimit import RateLimitConfig
 from gateway.ratelimit.redis_backend import connect, drop_connections
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gateway.app import GatewayApp, create_app
+from gateway.api.app import GatewayApp, create_app
 from gateway.reload import parse_snapshot, read
+from gateway.server import process
 
 
 def app_from_env() -> GatewayApp:
@@ -15,5 +16,9 @@ def app_from_env() -> GatewayApp:
     snapshot = read(Path(os.environ.get("GATEWAY_CONFIG", "config.yaml")))
     workers = int(os.environ.get("GATEWAY_WORKERS", "1"))
     return create_app(
-        parse_snapshot(snapshot), serving_process=True, watch=snapshot, workers=workers
+        parse_snapshot(snapshot),
+        serving_process=True,
+        watch=snapshot,
+        workers=workers,
+        started=process.settle,
     )

@@ -15,7 +15,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from core.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
-from gateway.http import ClientGone, Receive
+from gateway.asgi import ClientGone, Receive
 
 MAX_FIELD_BYTES = 64 * 1024  # all fields but the file, and every part's headers, together
 MAX_BOUNDARY_CHARS = 70  # RFC 2046 (python-multipart's own limit, 256, was a 500)

@@ -1,6 +1,7 @@
 """One request's way through its plan's tree, before the first byte reaches the caller: each
-target tried with its retries (gateway.retry) while its circuit breaker lets it (gateway.circuits),
-fallback groups moving on, loadbalance groups picking by weight among targets not cut off.
+target tried with its retries (gateway.routing.retry) while its circuit breaker lets it
+(gateway.routing.circuits), fallback groups moving on, loadbalance groups picking by weight among
+targets not cut off.
 
 `Attempts` holds what the tries need of the runtime (the breakers, the metrics of calls, the
 router's randomness); `run` is one request's tries. It takes how to prepare the request for a
@@ -28,11 +29,11 @@ from core.errors import (
     UpstreamUnreachable,
 )
 from core.provider import Target
-from gateway.circuits import Board, Breaker, is_failure
-from gateway.http import Receive, until_disconnect
+from gateway.asgi import Receive, until_disconnect
 from gateway.metrics import Metrics, RequestRecord
-from gateway.plans import Plan
-from gateway.trees import Group, Leaf, Node
+from gateway.routing.circuits import Board, Breaker, is_failure
+from gateway.routing.plans import Plan
+from gateway.routing.trees import Group, Leaf, Node
 
 
 class Call(Protocol):

@@ -17,8 +17,7 @@ import orjson
 from core.errors import GatewayError
 from core.provider import Target
 from core.wire import Json
-
-from .errors import (
+from providers.transport.errors import (
     bad_answer,
     event_error,
     first_byte_timeout,
@@ -26,8 +25,15 @@ from .errors import (
     transport_error,
     upstream_error,
 )
-from .http1 import MAX_BODY_BYTES, HttpClientError, Origin, Pool, Response, ResponseTimeout
-from .sse import DONE, SSEDecoder
+from providers.transport.http1 import (
+    MAX_BODY_BYTES,
+    HttpClientError,
+    Origin,
+    Pool,
+    Response,
+    ResponseTimeout,
+)
+from providers.transport.sse import DONE, SSEDecoder
 
 MAX_ERROR_BODY = 64 * 1024  # error bodies are short; a proxy's HTML page is cut here
 KEEPALIVE_S = 30.0

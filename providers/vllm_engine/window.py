@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.errors import ContextLengthExceeded
-from providers.openai_compat.context import too_long, too_long_chat
+from core.errors import ContextLengthExceeded, too_long, too_long_chat
 
 
 def fit(prompt_lengths: Sequence[int], max_tokens: int, window: int, truncate: bool) -> list[int]:

@@ -1,6 +1,6 @@
 """Serves one inference request, top to bottom: parse the body, plan its routing, admit it
-against the rate limits, run the plan's attempts (gateway.attempts) and write the answer, JSON or
-SSE for streams, then settle the rate limiter's reservation with what was used.
+against the rate limits, run the plan's attempts (gateway.routing.attempts) and write the answer,
+JSON or SSE for streams, then settle the rate limiter's reservation with what was used.
 
 Retries and fallback happen only before the first byte reaches the caller; after that the
 stream either completes or ends with an error event.
@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from core.answers import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 from core.chat import ChatRequest, apply_chat_defaults, apply_chat_overrides, parse_chat
 from core.completions import CompletionRequest, apply_defaults, apply_overrides, parse_completion
 from core.embeddings import (
@@ -26,20 +27,19 @@ from core.embeddings import (
 )
 from core.errors import GatewayError
 from core.provider import ChatCall, CompletionCall, EmbeddingCall, Target
-from core.responses import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
-from gateway.attempts import C, Prepare, SendCall
+from gateway.asgi import JSON_HEADERS, SSE_HEADERS, RawHeaders, until_disconnect
 from gateway.auth import Principal
 from gateway.config import portkey
 from gateway.config.portkey import PortkeyConfig
-from gateway.context import Inbound, Reply
-from gateway.http import JSON_HEADERS, SSE_HEADERS, RawHeaders, until_disconnect
 from gateway.metrics import RequestRecord
-from gateway.plans import CHAT, COMPLETIONS, EMBEDDINGS, Plan
+from gateway.pipeline.exchange import Inbound, Reply
+from gateway.pipeline.shapes import chat_document, completion_document, envelope
+from gateway.pipeline.sse import CHAT_CHUNK, Envelope, StreamResult, pump
 from gateway.ratelimit import Grant
+from gateway.routing.attempts import C, Prepare, SendCall
+from gateway.routing.plans import CHAT, COMPLETIONS, EMBEDDINGS, Plan
+from gateway.routing.trees import Leaf
 from gateway.runtime import Runtime
-from gateway.shapes import chat_document, completion_document, envelope
-from gateway.sse import CHAT_CHUNK, Envelope, StreamResult, pump
-from gateway.trees import Leaf
 
 DROPPED_HEADER = b"x-gateway-dropped-params"
 T = TypeVar("T")

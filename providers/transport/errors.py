@@ -31,8 +31,7 @@ from core.errors import (
     UpstreamUnreachable,
 )
 from core.provider import Target
-
-from . import http1
+from providers.transport import http1
 
 MAX_MESSAGE = 1000  # upstream texts can be whole HTML pages
 # OpenAI's refusal of unknown fields, then their names (", " between them)

@@ -1,25 +1,25 @@
 """create_app(config): the ASGI app. One pure-ASGI entry decodes the headers once, assigns the
-request id, builds the request's context (gateway.context) and dispatches by path from tables to
-its handler's `Endpoint`, which echoes the ids on every response. Starlette runs the lifespan.
-Everything lives on `app.state.runtime`; nothing is module-global."""
+request id, builds the request's context (gateway.pipeline.exchange) and dispatches by path from
+tables to its handler's `Endpoint`, which echoes the ids on every response. Starlette runs the
+lifespan. Everything lives on `app.state.runtime`; nothing is module-global."""
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.datastructures import State
 
-from gateway import handlers, process
-from gateway.batches import Runner
+from gateway.api import handlers
+from gateway.api.exporter import Exporter
+from gateway.api.handlers import Endpoint, Handler
+from gateway.asgi import Receive, Scope, Send, header_map, watched
 from gateway.config import Config
-from gateway.context import Ids, Inbound, Reply
-from gateway.exporter import Exporter
-from gateway.handlers import Endpoint, Handler
-from gateway.http import Receive, Scope, Send, header_map, watched
+from gateway.jobs.batches import Runner
 from gateway.metrics import Metrics
+from gateway.pipeline.exchange import Ids, Inbound, Reply
 from gateway.reload import Reloader, Snapshot
 from gateway.runtime import Build, Runtime, build_provider
 
@@ -118,12 +118,14 @@ def create_app(
     watch: Snapshot | None = None,
     build: Build = build_provider,
     workers: int = 1,
+    started: Callable[[], None] | None = None,
 ) -> GatewayApp:
-    """`serving_process`: this process only serves (gateway serve): tune its collector and
-    allocator (gateway.process).
+    """`serving_process`: this process only serves (gateway serve): it runs the batch runner.
     `watch`: the config file `config` was read from, reloaded on SIGHUP and when it changes.
     `build`: how a provider is built from its config block.
-    `workers`: the serving processes of `gateway serve`, which a reloaded config must suit."""
+    `workers`: the serving processes of `gateway serve`, which a reloaded config must suit.
+    `started`: called once the runtime has started (the server tunes its process there:
+    gateway.server.process)."""
     runtime = Runtime.build(
         config, Metrics(config.metrics.enabled, config.metrics.min_interval_s), build
     )
@@ -140,8 +142,8 @@ def create_app(
         reloader = Reloader(app, watch, build, workers) if watch is not None else None
         if reloader is not None:
             reloader.start()
-        if serving_process:
-            process.settle()
+        if started is not None:
+            started()
         try:
             yield
         finally:

@@ -21,7 +21,7 @@ from typing import Any
 
 from core.errors import CircuitOpen, GatewayError, UpstreamTimeout, UpstreamUnreachable
 from core.provider import Target
-from gateway.retry import RetryPolicy
+from gateway.routing.retry import RetryPolicy
 
 MODES = ("single", "fallback", "loadbalance")
 # The upstream answers that mean "this target, not this request": worth the next target.

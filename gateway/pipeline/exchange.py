@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from core.errors import GatewayError
-from gateway.http import RawHeaders, Receive, Send, send_bytes, send_error
+from gateway.asgi import RawHeaders, Receive, Send, send_bytes, send_error
 from gateway.runtime import Runtime
 
 

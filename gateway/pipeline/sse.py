@@ -3,7 +3,7 @@
 Every event is `data: <one-line JSON>\\n\\n`; `data: [DONE]\\n\\n` is always last. An error after
 the headers went out becomes `data: {"error": …}` and then `[DONE]`: the only channel left, and
 the openai SDK raises it as an `APIError`. The caller's disconnect is watched by
-`gateway.http.until_disconnect`, which cancels the pump.
+`gateway.asgi.until_disconnect`, which cancels the pump.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import TypeVar
 
 import orjson
 
+from core.answers import ChatChunk, Chunk, Usage
 from core.errors import GatewayError, error_event, internal
-from core.responses import ChatChunk, Chunk, Usage
-from gateway.http import Send
+from gateway.asgi import Send
 
 DONE_EVENT = b"data: [DONE]\n\n"
 CHAT_CHUNK = "chat.completion.chunk"  # a chat stream's chunks' `object`

@@ -1,5 +1,5 @@
-"""Alias → plan: the routing tree a request runs through (gateway.trees), and how its leaves
-become targets. gateway.attempts runs it (retries, fallback, breakers).
+"""Alias → plan: the routing tree a request runs through (gateway.routing.trees), and how its leaves
+become targets. gateway.routing.attempts runs it (retries, fallback, breakers).
 
 A virtual key (`x-portkey-virtual-key: NAME`) pins the provider: the alias's target on that
 provider if it has one, otherwise the body's `model` as that provider's model id. A Portkey
@@ -20,7 +20,7 @@ from core.provider import Target
 from gateway.auth import Principal
 from gateway.config import Config, ModelConfig
 from gateway.config.portkey import PortkeyConfig
-from gateway.trees import Group, Leaf, Node, leaves
+from gateway.routing.trees import Group, Leaf, Node, leaves
 
 
 @dataclass(frozen=True, slots=True)

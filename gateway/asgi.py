@@ -89,7 +89,8 @@ async def caller_stays() -> Message:
     return {"type": "http.disconnect"}
 
 
-# Where the gateway's protocol (gateway.protocol) puts a request's DisconnectWatch in its scope.
+# Where the gateway's protocol (gateway.server.protocol) puts a request's DisconnectWatch in its
+# scope.
 WATCH = "gateway.disconnect"
 
 

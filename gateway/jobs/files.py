@@ -2,7 +2,8 @@
 `GET /v1/files` (the caller's files), `GET /v1/files/{id}`, `GET /v1/files/{id}/content` and
 `DELETE /v1/files/{id}`. A file belongs to the key that uploaded it: to any other key it does not
 exist (404). A caller's id reaches the store only if it has the shape of the ids the gateway
-makes (gateway.filestore); the form's parts are bounded as they are read (gateway.uploads)."""
+makes (gateway.jobs.filestore); the form's parts are bounded as they are read
+(gateway.jobs.uploads)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import orjson
 
 from core.errors import InvalidRequest, PayloadTooLarge
 from core.files import FileObject, list_query, upload
+from gateway.asgi import JSON_HEADERS
 from gateway.auth import Principal
-from gateway.context import Inbound, Reply
-from gateway.filestore import FileStore, file_object, owner_of
-from gateway.http import JSON_HEADERS
-from gateway.uploads import FILE_FIELD, Form, file_bytes, parser_for
+from gateway.jobs.filestore import FileStore, file_object, owner_of
+from gateway.jobs.uploads import FILE_FIELD, Form, file_bytes, parser_for
+from gateway.pipeline.exchange import Inbound, Reply
 
 FILE_HEADERS = [(b"content-type", b"application/octet-stream")]
 # Multipart framing around the file: the body may exceed the file's limit by this much.

@@ -1,0 +1,1 @@
+"""Where a request goes: plans, trees, attempts, retries and circuit breakers."""

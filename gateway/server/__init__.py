@@ -1,0 +1,1 @@
+"""The serving process: the CLI, uvicorn's protocol, the supervisor of workers."""
