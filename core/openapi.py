@@ -27,6 +27,7 @@ import functools
 import types
 import typing
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -512,29 +513,64 @@ def paths() -> Schema:
     return {**_inference_paths(), **_files_paths(), **_batches_paths(), **_service_paths()}
 
 
+@dataclass(frozen=True, slots=True)
+class InferenceDoc:
+    """An inference endpoint's entry: its path (documented also without `/v1`), operation,
+    request (its declaration, the rules between its fields and the gateway's bounds on it),
+    answer and stream chunk (None: it does not stream)."""
+
+    path: str
+    op_id: str
+    summary: str
+    request: Declaration
+    rules: tuple[str, ...]
+    limits: str
+    answer: str
+    chunk: str | None
+
+
+COMPLETIONS_DOC = InferenceDoc(
+    "/v1/completions",
+    "createCompletion",
+    "Create a completion",
+    COMPLETIONS,
+    tuple(rule.message for rule in COMPLETION_RULES),
+    _limits(),
+    "CreateCompletionResponse",
+    "CreateCompletionChunk",
+)
+CHAT_DOC = InferenceDoc(
+    "/v1/chat/completions",
+    "createChatCompletion",
+    "Create a chat completion",
+    CHAT,
+    tuple(rule.message for rule in CHAT_RULES),
+    _limits("max_n", "max_tokens"),
+    "CreateChatCompletionResponse",
+    "CreateChatCompletionChunk",
+)
+EMBEDDINGS_DOC = InferenceDoc(
+    "/v1/embeddings",
+    "createEmbedding",
+    "Create embeddings",
+    EMBEDDINGS,
+    (),
+    "",
+    "CreateEmbeddingResponse",
+    None,
+)
+# The inference endpoints' entries, in the document's order (gateway.pipeline.endpoints: each
+# row names its own).
+INFERENCE = (COMPLETIONS_DOC, CHAT_DOC, EMBEDDINGS_DOC)
+
+
 def _inference_paths() -> Schema:
-    completions = (
-        "Create a completion",
-        COMPLETIONS.name,
-        "CreateCompletionResponse",
-        "CreateCompletionChunk",
-    )
-    chat = (
-        "Create a chat completion",
-        CHAT.name,
-        "CreateChatCompletionResponse",
-        "CreateChatCompletionChunk",
-    )
-    embeddings = ("Create embeddings", EMBEDDINGS.name, "CreateEmbeddingResponse", None)
     out: Schema = {}
-    for path, op_id, spec in (
-        ("/v1/completions", "createCompletion", completions),
-        ("/v1/chat/completions", "createChatCompletion", chat),
-        ("/v1/embeddings", "createEmbedding", embeddings),
-    ):
-        out[path] = {"post": _inference(op_id, *spec)}
+    for doc in INFERENCE:
+        spec = (doc.summary, doc.request.name, doc.answer, doc.chunk)
+        out[doc.path] = {"post": _inference(doc.op_id, *spec)}
         # The same endpoint without the /v1 prefix.
-        out[path.removeprefix("/v1")] = {"post": _inference(op_id + "Unversioned", *spec)}
+        out[doc.path.removeprefix("/v1")] = {"post": _inference(doc.op_id + "Unversioned", *spec)}
     out["/v1/models"] = {
         "get": _op(
             "listModels", "The aliases the caller's key may use", _json("ListModelsResponse"), KEY
@@ -661,19 +697,13 @@ def _service_paths() -> Schema:
 
 # ---------------------------------------------------------------- the document
 
-# Each declaration, the rules between its fields, and the gateway's bounds it is held to.
-REQUESTS: tuple[tuple[Declaration, tuple[str, ...], str], ...] = (
-    (COMPLETIONS, tuple(rule.message for rule in COMPLETION_RULES), _limits()),
-    (CHAT, tuple(rule.message for rule in CHAT_RULES), _limits("max_n", "max_tokens")),
-    (EMBEDDINGS, (), ""),
-)
-
 
 def build() -> Schema:
     schemas: dict[str, Schema] = {}
-    for decl, rules, limits in REQUESTS:
-        schemas[decl.name] = request_schema(decl, rules)
-        schemas[decl.name]["description"] += " " + limits if limits else ""
+    for doc in INFERENCE:
+        name = doc.request.name
+        schemas[name] = request_schema(doc.request, doc.rules)
+        schemas[name]["description"] += " " + doc.limits if doc.limits else ""
     schemas.update(files_schemas())
     schemas.update(batches_schemas())
     schemas.update(answer_schemas())

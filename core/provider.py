@@ -5,7 +5,8 @@ An adapter serves requests for its targets in two steps. `prepare` (`prepare_cha
 I/O, into a `Prepared` whose `state` is the adapter's own (the upstream body, the engine's
 settings); a field it cannot serve is an InvalidRequest there, before anything is sent.
 `complete`/`stream`, `complete_chat`/`stream_chat` and `embed` then send it and return the
-canonical answers of `core.answers`.
+canonical answers of `core.answers`. An adapter implements the endpoints it serves: `Adapter`
+refuses the others.
 
 The gateway holds providers of many kinds side by side, so it sees each through `Provider`:
 `completion`, `chat` and `embedding` return the prepared request bound to its adapter (a `Call`),
@@ -14,17 +15,16 @@ ready to send, whatever the adapter's state is. `Adapter` does that binding for 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import ClassVar, Generic, Literal, Never, Protocol, TypeVar
 
 from core.answers import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
 from core.chat import ChatRequest
 from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
-from core.errors import ConfigError
+from core.errors import ConfigError, InvalidRequest
 
 # What a model does with a field its target cannot serve: a 400, or drop it (and say so).
 Policy = Literal["reject", "drop"]
@@ -84,36 +84,25 @@ class Prepared(Generic[S]):
     state: S
 
 
+A = TypeVar("A")  # an endpoint's answer
+K = TypeVar("K")  # what its streams' batches hold
+
+
 @dataclass(slots=True)  # built per request: a frozen one takes 4x as long to build
-class CompletionCall:
-    """A completion prepared for one target, ready to send (a retry prepares anew: an
-    adapter's state is one attempt's)."""
+class Call(Generic[A, K]):
+    """A request prepared for one target, ready to send (a retry prepares anew: an adapter's
+    state is one attempt's). `stream` is None for an endpoint that does not stream."""
 
     target: Target
     dropped: tuple[str, ...]
-    complete: Callable[[], Awaitable[Completion]]
-    stream: Callable[[], AsyncIterator[list[Chunk]]]
+    complete: Callable[[], Awaitable[A]]
+    stream: Callable[[], AsyncIterator[list[K]]] | None = None
     answer_shape: AnswerShape = "openai"
 
 
-@dataclass(slots=True)  # built per request: a frozen one takes 4x as long to build
-class ChatCall:
-    """A chat completion prepared for one target, ready to send."""
-
-    target: Target
-    dropped: tuple[str, ...]
-    complete: Callable[[], Awaitable[ChatCompletion]]
-    stream: Callable[[], AsyncIterator[list[ChatChunk]]]
-    answer_shape: AnswerShape = "openai"
-
-
-@dataclass(slots=True)  # built per request: a frozen one takes 4x as long to build
-class EmbeddingCall:
-    """An embeddings request prepared for one target, ready to send."""
-
-    target: Target
-    dropped: tuple[str, ...]
-    embed: Callable[[], Awaitable[Embeddings]]
+CompletionCall = Call[Completion, Chunk]
+ChatCall = Call[ChatCompletion, ChatChunk]
+EmbeddingCall = Call[Embeddings, Never]
 
 
 class Provider(Protocol):
@@ -155,7 +144,7 @@ class Provider(Protocol):
         ...
 
 
-class Adapter(ABC, Generic[S, E, H]):
+class Adapter(Generic[S, E, H]):
     """The base of every adapter: its two steps per endpoint, typed by its own states, bound
     into the calls the gateway sends."""
 
@@ -185,32 +174,36 @@ class Adapter(ABC, Generic[S, E, H]):
     def count_chat_tokens(self, request: ChatRequest) -> int | None:
         return None
 
-    @abstractmethod
+    # An adapter implements the endpoints it serves; for the others, these refuse (a 400 naming
+    # `model`) before anything is sent. `complete_…`/`stream_…` are reached only through a
+    # prepared request, so only the `prepare_…` steps need a refusal of their own.
+
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared[S]:
         """Apply the adapter's rules; raise InvalidRequest/UnsupportedParameter before any I/O."""
+        raise unserved(target, "completions")
 
-    @abstractmethod
-    async def complete(self, prepared: Prepared[S]) -> Completion: ...
+    async def complete(self, prepared: Prepared[S]) -> Completion:
+        raise NotImplementedError
 
-    @abstractmethod
-    def stream(self, prepared: Prepared[S]) -> AsyncIterator[list[Chunk]]: ...
+    def stream(self, prepared: Prepared[S]) -> AsyncIterator[list[Chunk]]:
+        raise NotImplementedError
 
-    @abstractmethod
     def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[H]:
-        """As `prepare`, for chat; an InvalidRequest naming `model` if the target does not
-        serve chat."""
+        """As `prepare`, for chat."""
+        raise unserved(target, "chat completions")
 
-    @abstractmethod
-    async def complete_chat(self, prepared: Prepared[H]) -> ChatCompletion: ...
+    async def complete_chat(self, prepared: Prepared[H]) -> ChatCompletion:
+        raise NotImplementedError
 
-    @abstractmethod
-    def stream_chat(self, prepared: Prepared[H]) -> AsyncIterator[list[ChatChunk]]: ...
+    def stream_chat(self, prepared: Prepared[H]) -> AsyncIterator[list[ChatChunk]]:
+        raise NotImplementedError
 
-    @abstractmethod
-    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[E]: ...
+    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[E]:
+        """As `prepare`, for embeddings."""
+        raise unserved(target, "embeddings")
 
-    @abstractmethod
-    async def embed(self, prepared: Prepared[E]) -> Embeddings: ...
+    async def embed(self, prepared: Prepared[E]) -> Embeddings:
+        raise NotImplementedError
 
     def completion(self, request: CompletionRequest, target: Target) -> CompletionCall:
         prepared = self.prepare(request, target)
@@ -235,6 +228,12 @@ class Adapter(ABC, Generic[S, E, H]):
     def embedding(self, request: EmbeddingRequest, target: Target) -> EmbeddingCall:
         prepared = self.prepare_embedding(request, target)
         return EmbeddingCall(target, prepared.dropped, partial(self.embed, prepared))
+
+
+def unserved(target: Target, endpoint: str) -> InvalidRequest:
+    """What a caller hears when the target's adapter does not serve the endpoint (worded as the
+    engine words an endpoint its model cannot do)."""
+    return InvalidRequest(f"Target '{target.label}' does not serve {endpoint}.", param="model")
 
 
 # With `--workers N`, what a provider runs once for all of a pod's workers (an engine's core)

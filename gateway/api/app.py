@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.datastructures import State
 
 from gateway.api import handlers
 from gateway.api.exporter import Exporter
-from gateway.api.handlers import Endpoint, Handler
+from gateway.api.handlers import Route
 from gateway.asgi import Receive, Scope, Send, header_map, watched
 from gateway.config import Config
-from gateway.jobs.batches import Runner
+from gateway.jobs.runner import Runner
 from gateway.metrics import Metrics
+from gateway.pipeline.endpoints import ENDPOINTS, AnyEndpoint, Endpoint
 from gateway.pipeline.exchange import Ids, Inbound, Reply
+from gateway.pipeline.flow import Stage
+from gateway.pipeline.stages import Handler, Pipeline
 from gateway.reload import Reloader, Snapshot
 from gateway.runtime import Build, Runtime, build_provider
 
@@ -28,13 +31,10 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
 POST, GET = ("POST",), ("GET", "HEAD")
 ANY = ("GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")
 
-EXACT: dict[str, tuple[Handler, tuple[str, ...]]] = {
-    "/v1/completions": (handlers.completions, POST),
-    "/completions": (handlers.completions, POST),
-    "/v1/chat/completions": (handlers.chat_completions, POST),
-    "/chat/completions": (handlers.chat_completions, POST),
-    "/v1/embeddings": (handlers.embeddings, POST),
-    "/embeddings": (handlers.embeddings, POST),
+# The inference endpoints' paths are their rows' (gateway.pipeline.endpoints), served by the
+# pipeline; the others are the handlers'.
+EXACT: dict[str, tuple[Handler | AnyEndpoint, tuple[str, ...]]] = {
+    **{path: (endpoint, POST) for endpoint in ENDPOINTS for path in endpoint.paths},
     "/v1/models": (handlers.list_models, GET),
     "/v1/files": (handlers.files, ("GET", "HEAD", "POST")),
     "/v1/batches": (handlers.batches, ("GET", "HEAD", "POST")),
@@ -52,17 +52,21 @@ PREFIXED: dict[str, tuple[Handler, tuple[str, ...]]] = {
 
 
 class GatewayApp:
-    def __init__(self, runtime: Runtime, lifespan: Starlette) -> None:
+    def __init__(self, runtime: Runtime, lifespan: Starlette, pipeline: Pipeline) -> None:
         self.state: State = lifespan.state
         self.state.runtime = runtime
         self._runtime = runtime  # read per request (a State's attribute is a dict lookup call)
         self.ids = Ids()
         self._lifespan = lifespan
-        self._exact = {path: Endpoint(fn, methods) for path, (fn, methods) in EXACT.items()}
+        self.pipeline = pipeline
+        self._exact = {
+            path: Route(fn.made(pipeline.handler) if isinstance(fn, Endpoint) else fn, methods)
+            for path, (fn, methods) in EXACT.items()
+        }
         self._prefixed = tuple(
-            (prefix, Endpoint(fn, methods)) for prefix, (fn, methods) in PREFIXED.items()
+            (prefix, Route(fn, methods)) for prefix, (fn, methods) in PREFIXED.items()
         )
-        self._not_found = Endpoint(handlers.not_found, ANY)
+        self._not_found = Route(handlers.not_found, ANY)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -96,7 +100,7 @@ class GatewayApp:
             if runtime.idle is not None and not runtime.inflight:
                 runtime.idle.set()
 
-    def _route(self, path: str) -> Endpoint:
+    def _route(self, path: str) -> Route:
         for prefix, endpoint in self._prefixed:
             if path.startswith(prefix):
                 return endpoint
@@ -119,11 +123,14 @@ def create_app(
     build: Build = build_provider,
     workers: int = 1,
     started: Callable[[], None] | None = None,
+    stages: Sequence[Stage] = (),
 ) -> GatewayApp:
     """`serving_process`: this process only serves (gateway serve): it runs the batch runner.
     `watch`: the config file `config` was read from, reloaded on SIGHUP and when it changes.
     `build`: how a provider is built from its config block.
     `workers`: the serving processes of `gateway serve`, which a reloaded config must suit.
+    `stages`: added to the pipeline of every inference endpoint, around the attempts
+    (gateway.pipeline.stages).
     `started`: called once the runtime has started (the server tunes its process there:
     gateway.server.process)."""
     runtime = Runtime.build(
@@ -136,7 +143,7 @@ def create_app(
         if exporter is not None:  # first: a taken address fails the start before the engine
             await exporter.start(reuse_port=workers > 1)
         await runtime.start()
-        runner = Runner(lambda: app.runtime) if serving_process else None
+        runner = Runner(lambda: app.runtime, pipeline.lines()) if serving_process else None
         if runner is not None:
             runner.start()
         reloader = Reloader(app, watch, build, workers) if watch is not None else None
@@ -156,7 +163,8 @@ def create_app(
             await app.runtime.aclose()
             app.runtime.metrics.flush()  # what was observed last is written (several workers)
 
-    app = GatewayApp(runtime, Starlette(lifespan=lifespan))
+    pipeline = Pipeline(stages)
+    app = GatewayApp(runtime, Starlette(lifespan=lifespan), pipeline)
     return app
 
 

@@ -1,39 +1,26 @@
-"""The HTTP handlers, one per endpoint. Each is short: it authenticates, reads the body and hands
-the request to the service (`gateway.pipeline.service`), or answers itself (models, health, metrics,
-the API document). Errors are raised, and rendered in one place (`Endpoint`).
+"""The HTTP handlers of what is not inference (models, files, batches, health, metrics, the API
+document); the inference endpoints' handlers are the pipeline's (gateway.pipeline.stages). Errors
+are raised, and rendered in one place (`Route`), for every handler.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Awaitable, Callable
 
 import orjson
 
-from core.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, internal
+from core.errors import GatewayError, MethodNotAllowed, NotFound, internal
 from core.openapi import document_json
 from gateway.asgi import JSON_HEADERS, ClientGone, read_body
-from gateway.auth import Principal
 from gateway.jobs import batches as batches_api
 from gateway.jobs import files as files_api
-from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION, RequestRecord
-from gateway.pipeline import service
 from gateway.pipeline.exchange import Inbound, Reply
+from gateway.pipeline.stages import Handler
 
 log = logging.getLogger("gateway.handlers")
 
-# Portkey headers the gateway does not implement: refusing beats ignoring them silently.
-# (A custom host would make the gateway call a host its config does not name; a provider
-# header would take the provider's key from the caller.)
-UNSUPPORTED_HEADERS = ("x-portkey-custom-host", "x-portkey-provider")
-CLIENT_GONE = 499  # nginx's "client closed request": the status the metrics give a disconnect
 
-Handler = Callable[[Inbound, Reply], Awaitable[None]]
-Serve = Callable[[Inbound, Reply, RequestRecord, Principal, bytes], Awaitable[None]]
-
-
-class Endpoint:
+class Route:
     """A handler and the methods it answers: runs it and renders whatever error it raises (a
     405 and a 404 in OpenAI's error shape too)."""
 
@@ -53,61 +40,6 @@ class Endpoint:
         except Exception as exc:
             log.exception("request %s failed", inbound.request_id)
             await reply.error(internal(exc))
-
-
-# ---------------------------------------------------------------- inference
-
-
-# Plain functions: the shared coroutine is the handler's, without one of their own around it.
-def completions(inbound: Inbound, reply: Reply) -> Awaitable[None]:
-    return _inference(inbound, reply, service.complete, OP_TEXT_COMPLETION)
-
-
-def chat_completions(inbound: Inbound, reply: Reply) -> Awaitable[None]:
-    return _inference(inbound, reply, service.chat, OP_CHAT)
-
-
-def embeddings(inbound: Inbound, reply: Reply) -> Awaitable[None]:
-    return _inference(inbound, reply, service.embed, OP_EMBEDDINGS)
-
-
-async def _inference(inbound: Inbound, reply: Reply, serve: Serve, operation: str) -> None:
-    """What every inference endpoint shares: the request's record (observed once it is over),
-    the in-flight gauge, the caller, the headers refused, the body."""
-    rt = inbound.runtime
-    record = RequestRecord(time.perf_counter(), operation=operation)
-    rt.metrics.inflight_add(1)
-    rt.live += 1
-    try:
-        principal = rt.auth.authenticate(inbound.headers)
-        for name in UNSUPPORTED_HEADERS:
-            if name in inbound.headers:
-                raise InvalidRequest(
-                    f"The header '{name}' is not supported by this gateway.", param=name
-                )
-        body = await read_body(inbound.headers, inbound.receive, rt.config.server.max_body_bytes)
-        await serve(inbound, reply, record, principal, body)
-        record.status = reply.status
-    except Exception as exc:
-        _failed(record, exc, reply.status)
-        raise
-    finally:
-        rt.live -= 1
-        rt.metrics.inflight_add(-1)
-        rt.metrics.observe(record)
-
-
-def _failed(record: RequestRecord, exc: Exception, sent: int) -> None:
-    """The record's status is what the caller got: the error's, unless a response had begun
-    with `sent` (a caller who left is counted as such either way)."""
-    if isinstance(exc, ClientGone):
-        status, kind = CLIENT_GONE, "ClientGone"
-    elif isinstance(exc, GatewayError):
-        status, kind = exc.status, type(exc).__name__
-    else:
-        status, kind = 500, "InternalError"
-    record.error_type = kind
-    record.status = status if not sent or status == CLIENT_GONE else sent
 
 
 # ---------------------------------------------------------------- models

@@ -11,18 +11,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import orjson
 
-from core.answers import ChatChunk, Chunk, Usage
+from core.answers import Usage
 from core.errors import GatewayError, error_event, internal
 from gateway.asgi import Send
 
 DONE_EVENT = b"data: [DONE]\n\n"
 CHAT_CHUNK = "chat.completion.chunk"  # a chat stream's chunks' `object`
 log = logging.getLogger("gateway.sse")
-K = TypeVar("K", Chunk, ChatChunk)  # completions' or chat's chunks
+K = TypeVar("K", bound=Mapping[str, object])  # a stream's chunks (completions', chat's)
 
 
 class Envelope:
@@ -121,13 +121,14 @@ async def _write(send: Send, batch: list[K], env: Envelope, result: StreamResult
     for item in batch:
         fingerprint = item.get("system_fingerprint")
         if fingerprint is not None:
-            env.fingerprint(fingerprint)
-        choices = item.get("choices")
+            env.fingerprint(cast(str, fingerprint))
+        choices = cast("Sequence[Mapping[str, object]] | None", item.get("choices"))
+        usage = cast("Usage | None", item.get("usage"))
         if choices:
             ids = item.get("prompt_token_ids")  # a chat's, from vLLM
-            events.append(env.chunk(choices, item.get("usage"), ids if type(ids) is list else None))
-        elif item.get("usage") is not None:  # the request's usage, shown at the end
-            result.usage = item["usage"]
+            events.append(env.chunk(choices, usage, ids if type(ids) is list else None))
+        elif usage is not None:  # the request's usage, shown at the end
+            result.usage = usage
     if events:
         await _body(send, events[0] if len(events) == 1 else b"".join(events))
         if not result.first_at:

@@ -25,7 +25,7 @@ from providers.vllm_engine.mirostat import (
     validate,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 # p = 1/2, 1/4, 1/8, 1/8: surprises of exactly 1, 2, 3 and 3 bits.
 HALVES = torch.tensor([0.5, 0.25, 0.125, 0.125]).log()
 BAD_NUMBERS = [0, 0.0, -1, -0.5, math.nan, math.inf, -math.inf, 10**400, "5", None, True, [1]]

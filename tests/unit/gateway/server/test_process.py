@@ -15,7 +15,7 @@ import pytest
 
 from gateway.server import process
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 # Prints whether a fresh 1 MB buffer lies inside the heap ([heap] in /proc/self/maps), after
 # tuning or not.

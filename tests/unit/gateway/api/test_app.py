@@ -14,7 +14,6 @@ import pytest
 
 from core.chat import ChatRequest
 from core.completions import CompletionRequest
-from core.embeddings import EmbeddingRequest
 from core.errors import GatewayError, UpstreamError
 from core.provider import Adapter, Prepared, Target
 from gateway.api.app import create_app
@@ -54,12 +53,6 @@ class FakeProvider(Adapter[CompletionRequest, None, ChatRequest]):
             {"text": f"{self.name}:{i}", "index": i, "logprobs": None, "finish_reason": "length"}
             for i in range(p.state.n_prompts * n)
         ]
-
-    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[None]:
-        raise NotImplementedError
-
-    async def embed(self, prepared: Prepared[None]) -> Any:
-        raise NotImplementedError
 
     def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[ChatRequest]:
         dropped = tuple(n for n in request.unknown if n.startswith("drop_"))

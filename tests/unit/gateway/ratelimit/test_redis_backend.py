@@ -16,7 +16,7 @@ from gateway.ratelimit.memory import MemoryBackend
 from gateway.ratelimit.redis_backend import BackendDown, RedisBackend
 from gateway.ratelimit.rules import BreakerConfig, Rule
 from tests.redis_proc import RedisCluster, RedisServer
-from tests.unit.test_ratelimit import FULL_BUCKET_CASES, Seen, ask, cost, rule
+from tests.unit.gateway.ratelimit.test_limiter import FULL_BUCKET_CASES, Seen, ask, cost, rule
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,8 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from core.chat import ChatRequest
-from core.completions import CompletionRequest
-from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, RateLimited
-from core.provider import Adapter, Prepared, Target
+from core.provider import Adapter
 from gateway.api.app import GatewayApp, create_app
 from gateway.asgi import Message
 from gateway.config import Config, ProviderConfig, parse
@@ -55,30 +52,6 @@ class Fake(Adapter[None, None, None]):
 
     def count_tokens(self, texts: Sequence[str]) -> list[int] | None:
         return None
-
-    def prepare(self, request: CompletionRequest, target: Target) -> Prepared[None]:
-        raise NotImplementedError
-
-    async def complete(self, prepared: Prepared[None]) -> Any:
-        raise NotImplementedError
-
-    def stream(self, prepared: Prepared[None]) -> Any:
-        raise NotImplementedError
-
-    def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[None]:
-        raise NotImplementedError
-
-    async def complete_chat(self, prepared: Prepared[None]) -> Any:
-        raise NotImplementedError
-
-    def stream_chat(self, prepared: Prepared[None]) -> AsyncIterator[Any]:
-        raise NotImplementedError
-
-    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[None]:
-        raise NotImplementedError
-
-    async def embed(self, prepared: Prepared[None]) -> Any:
-        raise NotImplementedError
 
 
 class FakeEngine(Fake):

@@ -14,7 +14,7 @@ from gateway import config
 from gateway.routing.trees import Group
 from gateway.server.cli import is_loopback
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 GOOD = """
 server: {host: 127.0.0.1, port: 9000}

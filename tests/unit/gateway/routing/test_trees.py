@@ -11,9 +11,7 @@ import httpx
 import orjson
 import pytest
 
-from core.chat import ChatRequest
 from core.completions import CompletionRequest
-from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, GatewayError, UpstreamError, UpstreamTimeout
 from core.provider import Adapter, Prepared, Target
 from gateway.api.app import GatewayApp, create_app
@@ -53,21 +51,6 @@ class Scripted(Adapter[None, None, None]):
 
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared[None]:
         return Prepared(target, (), None)
-
-    def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[None]:
-        raise NotImplementedError
-
-    async def complete_chat(self, prepared: Prepared[None]) -> Any:
-        raise NotImplementedError
-
-    def stream_chat(self, prepared: Prepared[None]) -> AsyncIterator[Any]:
-        raise NotImplementedError
-
-    def prepare_embedding(self, request: EmbeddingRequest, target: Target) -> Prepared[None]:
-        raise NotImplementedError
-
-    async def embed(self, prepared: Prepared[None]) -> Any:
-        raise NotImplementedError
 
     async def complete(self, prepared: Prepared[None]) -> Any:
         self.calls += 1

@@ -22,7 +22,7 @@ from gateway.server import cli
 from gateway.server.protocol import ListenerLimits
 from providers import tiny_model
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 HEAVY = ("torch", "transformers", "tokenizers", "vllm", "yaml", "aiohttp", "uvicorn")
 
 

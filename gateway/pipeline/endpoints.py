@@ -1,0 +1,206 @@
+"""The inference endpoints, one row each: what the pipeline (gateway.pipeline.stages) needs to
+know of an endpoint, and nothing else does.
+
+A row says how a body becomes its request (`parse`), how the request is prepared for one target
+and bound to its provider (`prepare`), how much of the rate limits it may use (`reserve`), how
+its answer is written as a JSON document, whether and how it streams (the chunks' `object`), its
+ids' prefix, its batch URL, its metrics operation, its routing name and its OpenAPI entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Generic, Never, Protocol, TypeVar
+
+from core.answers import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
+from core.chat import ChatRequest, apply_chat_defaults, apply_chat_overrides, parse_chat
+from core.completions import (
+    CompletionRequest,
+    RequestLimits,
+    apply_defaults,
+    apply_overrides,
+    parse_completion,
+)
+from core.embeddings import (
+    EmbeddingRequest,
+    document,
+    embedding_defaults,
+    parse_embedding,
+    validate_embedding,
+)
+from core.openapi import CHAT_DOC, COMPLETIONS_DOC, EMBEDDINGS_DOC, InferenceDoc
+from core.provider import AnswerShape, Call, Target
+from core.wire import Json
+from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION
+from gateway.pipeline import estimates
+from gateway.pipeline.shapes import chat_document, completion_document
+from gateway.pipeline.sse import CHAT_CHUNK
+from gateway.routing import plans
+from gateway.routing.plans import Plan
+from gateway.routing.trees import Leaf
+from gateway.runtime import Runtime
+
+TEXT_CHUNK = "text_completion"  # a completions stream's chunks' `object`
+
+
+class Parsed(Protocol):
+    """What the stages read of any endpoint's request."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def fields(self) -> Mapping[str, object]: ...
+
+
+R = TypeVar("R", bound=Parsed)  # an endpoint's request
+A = TypeVar("A", bound=Mapping[str, object])  # its answer
+K = TypeVar("K", bound=Mapping[str, object])  # what its streams' batches hold
+X = TypeVar("X", covariant=True)
+
+
+class Make(Protocol[X]):
+    """What is made of a row the same way for every endpoint, whatever its types (its handler,
+    its batch lines' server)."""
+
+    def __call__(self, endpoint: Endpoint[R, A, K], /) -> X: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Streaming(Generic[R]):
+    """How an endpoint streams: whether a request asked to, whether its stream ends with the
+    usage chunk, and its chunks' `object`."""
+
+    wanted: Callable[[R], bool]
+    include_usage: Callable[[R], bool]
+    chunk_object: str
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint(Generic[R, A, K]):
+    name: str  # what routing calls it (an alias's `endpoint:` serves some: gateway.routing.plans)
+    paths: tuple[str, ...]  # where it is served
+    batch_url: str  # a batch's `endpoint` for it
+    operation: str  # the metrics' operation
+    doc: InferenceDoc  # its OpenAPI entry
+    parse: Callable[[bytes, RequestLimits], R]
+    # The request as one leaf's target gets it (its overrides and defaults applied), bound to
+    # the target's provider, ready to send. A retry prepares anew.
+    prepare: Callable[[Runtime, R, Leaf, Target], Call[A, K]]
+    reserve: Callable[[Runtime, R, Plan], int]  # the tokens it may use (the rate limits)
+    # The JSON document of an answer: answer, request, id, created, the provider's shape.
+    document: Callable[[A, R, str, int, AnswerShape], Json]
+    id_prefix: str = ""  # its answers' ids ("" : they have none)
+    streaming: Streaming[R] | None = None  # None: it does not stream
+
+    def made(self, make: Make[X]) -> X:
+        return make(self)
+
+
+# ---------------------------------------------------------------- completions
+
+
+def _prepare_completion(
+    rt: Runtime, req: CompletionRequest, leaf: Leaf, target: Target
+) -> Call[Completion, Chunk]:
+    if leaf.overrides:
+        req = apply_overrides(req, leaf.overrides, rt.config.server.limits)
+    return rt.providers[target.provider].completion(apply_defaults(req, target.defaults), target)
+
+
+def _completion_document(
+    answer: Completion, req: CompletionRequest, cid: str, created: int, shape: AnswerShape
+) -> Json:
+    return completion_document(answer, req.model, cid, created, shape)
+
+
+COMPLETIONS: Endpoint[CompletionRequest, Completion, Chunk] = Endpoint(
+    name=plans.COMPLETIONS,
+    paths=("/v1/completions", "/completions"),
+    batch_url="/v1/completions",
+    operation=OP_TEXT_COMPLETION,
+    doc=COMPLETIONS_DOC,
+    parse=parse_completion,
+    prepare=_prepare_completion,
+    reserve=estimates.reservation,
+    document=_completion_document,
+    id_prefix="cmpl-",
+    streaming=Streaming(lambda r: r.stream, lambda r: r.include_usage, TEXT_CHUNK),
+)
+
+
+# ---------------------------------------------------------------- chat
+
+
+def _prepare_chat(
+    rt: Runtime, req: ChatRequest, leaf: Leaf, target: Target
+) -> Call[ChatCompletion, ChatChunk]:
+    if leaf.overrides:
+        req = apply_chat_overrides(req, leaf.overrides, rt.config.server.limits)
+    return rt.providers[target.provider].chat(apply_chat_defaults(req, target.defaults), target)
+
+
+def _chat_document(
+    answer: ChatCompletion, req: ChatRequest, cid: str, created: int, shape: AnswerShape
+) -> Json:
+    return chat_document(answer, req.model, cid, created, shape)
+
+
+CHAT: Endpoint[ChatRequest, ChatCompletion, ChatChunk] = Endpoint(
+    name=plans.CHAT,
+    paths=("/v1/chat/completions", "/chat/completions"),
+    batch_url="/v1/chat/completions",
+    operation=OP_CHAT,
+    doc=CHAT_DOC,
+    parse=parse_chat,
+    prepare=_prepare_chat,
+    reserve=estimates.chat_reservation,
+    document=_chat_document,
+    id_prefix="chatcmpl-",
+    streaming=Streaming(lambda r: r.stream, lambda r: r.include_usage, CHAT_CHUNK),
+)
+
+
+# ---------------------------------------------------------------- embeddings
+
+
+def _parse_embedding(body: bytes, limits: RequestLimits) -> EmbeddingRequest:
+    return parse_embedding(body)
+
+
+def _prepare_embedding(
+    rt: Runtime, req: EmbeddingRequest, leaf: Leaf, target: Target
+) -> Call[Embeddings, Never]:
+    if leaf.overrides:
+        req = validate_embedding({**req.fields, **leaf.overrides})
+    provider = rt.providers[target.provider]
+    return provider.embedding(embedding_defaults(req, target.defaults), target)
+
+
+def _embeddings_document(
+    answer: Embeddings, req: EmbeddingRequest, cid: str, created: int, shape: AnswerShape
+) -> Json:
+    return document(answer["data"], answer["usage"], req.model)
+
+
+EMBEDDINGS: Endpoint[EmbeddingRequest, Embeddings, Never] = Endpoint(
+    name=plans.EMBEDDINGS,
+    paths=("/v1/embeddings", "/embeddings"),
+    batch_url="/v1/embeddings",
+    operation=OP_EMBEDDINGS,
+    doc=EMBEDDINGS_DOC,
+    parse=_parse_embedding,
+    prepare=_prepare_embedding,
+    reserve=estimates.embedding_reservation,
+    document=_embeddings_document,
+)
+
+
+# The table: every inference endpoint, in the API document's order.
+AnyEndpoint = (
+    Endpoint[CompletionRequest, Completion, Chunk]
+    | Endpoint[ChatRequest, ChatCompletion, ChatChunk]
+    | Endpoint[EmbeddingRequest, Embeddings, Never]
+)
+ENDPOINTS: tuple[AnyEndpoint, ...] = (COMPLETIONS, CHAT, EMBEDDINGS)

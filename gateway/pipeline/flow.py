@@ -1,0 +1,123 @@
+"""One inference request's flow through the pipeline, and what a stage is.
+
+A `Flow` is what the stages know of one request, filled in as it goes: its endpoint's row, its
+HTTP exchange (`Inbound`, `Reply`), its metrics record, then its caller, body, request, plan,
+admission, the call that answered and its answer (`answer` for JSON, `stream` for a stream).
+
+A `Stage` is one step of every endpoint's path: it does its part, then hands the flow on to the
+rest of the pipeline (`proceed`), and may act again once that returns (a stage wraps the ones
+after it). A stage that wants to see a stream's batches as they are written replaces
+`flow.stream` with a tapped one (`tapped`) after `proceed` has filled it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol
+
+from core.provider import Call
+from gateway.auth import Principal
+from gateway.config.portkey import PortkeyConfig
+from gateway.metrics import RequestRecord
+from gateway.pipeline.endpoints import A, Endpoint, K, R
+from gateway.pipeline.exchange import Inbound, Reply
+from gateway.ratelimit import Grant
+from gateway.routing.plans import Plan
+
+
+@dataclass(slots=True)
+class Stream(Generic[K]):
+    """A stream that began: its first batch (which came before any byte was written, while the
+    attempts could still retry), then the rest."""
+
+    first: list[K]
+    rest: AsyncIterator[list[K]]
+
+
+@dataclass(slots=True)
+class Flow(Generic[R, A, K]):
+    """One request as the stages see it; each field is set by the stage named beside it."""
+
+    endpoint: Endpoint[R, A, K]
+    inbound: Inbound
+    reply: Reply
+    record: RequestRecord  # observed by the record stage at the end
+    principal: Principal | None = None  # authenticate (a batch's line: its key's)
+    body: bytes | None = None  # parse (a batch's line: given)
+    portkey: PortkeyConfig | None = None  # parse: the request's x-portkey-config
+    request: R | None = None  # parse
+    plan: Plan | None = None  # plan
+    grant: Grant | None = None  # admit
+    id: str = ""  # write: the answer's id
+    call: Call[A, K] | None = None  # attempt: what the target that answered was sent
+    answer: A | None = None  # attempt: a JSON answer
+    stream: Stream[K] | None = None  # attempt: a stream's answer
+
+    @property
+    def streams(self) -> bool:
+        """The request asked for a stream."""
+        streaming = self.endpoint.streaming
+        return streaming is not None and streaming.wanted(self.parsed)
+
+    @property
+    def parsed(self) -> R:
+        request = self.request
+        assert request is not None, "the parse stage comes first"
+        return request
+
+
+Next = Callable[[Flow[R, A, K]], Awaitable[None]]
+
+
+class Stage(Protocol):
+    """A step of the pipeline, the same for every endpoint."""
+
+    def __call__(self, flow: Flow[R, A, K], proceed: Next[R, A, K]) -> Awaitable[None]: ...
+
+
+def compose(stages: Sequence[Stage], endpoint: Endpoint[R, A, K]) -> Next[R, A, K]:
+    """The stages chained, first to last, for one endpoint's flows (built once, not per
+    request)."""
+    run: Next[R, A, K] = _end
+    for stage in reversed(stages):
+        run = _link(stage, run)
+    return run
+
+
+def _link(stage: Stage, proceed: Next[R, A, K]) -> Next[R, A, K]:
+    def step(flow: Flow[R, A, K]) -> Awaitable[None]:
+        return stage(flow, proceed)
+
+    return step
+
+
+async def _end(flow: Flow[R, A, K]) -> None:
+    return None
+
+
+def tapped(
+    stream: Stream[K],
+    seen: Callable[[list[K]], None],
+    ended: Callable[[bool], None],
+) -> Stream[K]:
+    """`stream`, with `seen` called on each batch as it is taken and `ended` once at its end:
+    True when it ran to its end, False when it failed or was closed early (the caller left)."""
+    seen(stream.first)
+    return Stream(stream.first, _tap(stream.rest, seen, ended))
+
+
+async def _tap(
+    rest: AsyncIterator[list[K]], seen: Callable[[list[K]], None], ended: Callable[[bool], None]
+) -> AsyncIterator[list[K]]:
+    whole = False
+    try:
+        async for batch in rest:
+            seen(batch)
+            yield batch
+        whole = True
+    finally:
+        aclose = getattr(rest, "aclose", None)
+        if not whole and aclose is not None:
+            await aclose()
+        ended(whole)

@@ -1,0 +1,315 @@
+"""The stages every inference endpoint's requests go through, in order:
+
+    record        the request's metrics record: in flight while it runs, observed at its end
+    authenticate  the caller's key; Portkey headers the gateway does not implement refused
+    parse         the body read (bounded), its x-portkey-config, the endpoint's request
+    plan          the routing plan: the alias's tree, or a Portkey config's, for this caller
+    admit         the rate limits' admission (its headers on every answer); after the rest,
+                  the reservation settled to what was used
+    write         the answer written: JSON, or SSE as the stream's batches come
+    [extra]       stages added for every endpoint (create_app's `stages`): after admission,
+                  around the attempts; they see the JSON answer or tap the stream
+    attempt       the plan's tries (gateway.routing.attempts): retries, fallback, breakers
+
+A batch's line skips record and authenticate (its key is the batch's, its body given; the
+Batch API counts its lines) and otherwise runs the same stages.
+
+Retries and fallback happen only before the first byte reaches the caller; after that a stream
+either completes or ends with an error event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
+
+import orjson
+
+from core.errors import GatewayError, InvalidRequest
+from core.provider import Call, Target
+from gateway.asgi import (
+    JSON_HEADERS,
+    SSE_HEADERS,
+    ClientGone,
+    RawHeaders,
+    read_body,
+    until_disconnect,
+)
+from gateway.auth import Principal
+from gateway.config import portkey
+from gateway.metrics import RequestRecord
+from gateway.pipeline.endpoints import ENDPOINTS, A, Endpoint, K, R
+from gateway.pipeline.exchange import Inbound, Reply
+from gateway.pipeline.flow import Flow, Next, Stage, Stream, compose
+from gateway.pipeline.shapes import envelope
+from gateway.pipeline.sse import StreamResult, pump
+from gateway.routing.attempts import Prepare
+from gateway.routing.trees import Leaf
+
+DROPPED_HEADER = b"x-gateway-dropped-params"
+# Portkey headers the gateway does not implement: refusing beats ignoring them silently.
+# (A custom host would make the gateway call a host its config does not name; a provider
+# header would take the provider's key from the caller.)
+UNSUPPORTED_HEADERS = ("x-portkey-custom-host", "x-portkey-provider")
+CLIENT_GONE = 499  # nginx's "client closed request": the status the metrics give a disconnect
+
+
+# ---------------------------------------------------------------- record
+
+
+async def record(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
+    """The request's record (observed once it is over) and the in-flight gauge."""
+    rt, rec, reply = flow.inbound.runtime, flow.record, flow.reply
+    rt.metrics.inflight_add(1)
+    rt.live += 1
+    try:
+        await proceed(flow)
+        rec.status = reply.status
+    except Exception as exc:
+        _failed(rec, exc, reply.status)
+        raise
+    finally:
+        rt.live -= 1
+        rt.metrics.inflight_add(-1)
+        rt.metrics.observe(rec)
+
+
+def _failed(rec: RequestRecord, exc: Exception, sent: int) -> None:
+    """The record's status is what the caller got: the error's, unless a response had begun
+    with `sent` (a caller who left is counted as such either way)."""
+    if isinstance(exc, ClientGone):
+        status, kind = CLIENT_GONE, "ClientGone"
+    elif isinstance(exc, GatewayError):
+        status, kind = exc.status, type(exc).__name__
+    else:
+        status, kind = 500, "InternalError"
+    rec.error_type = kind
+    rec.status = status if not sent or status == CLIENT_GONE else sent
+
+
+# ---------------------------------------------------------------- authenticate, parse, plan
+
+
+def authenticate(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> Awaitable[None]:
+    headers = flow.inbound.headers
+    flow.principal = flow.inbound.runtime.auth.authenticate(headers)
+    for name in UNSUPPORTED_HEADERS:
+        if name in headers:
+            raise InvalidRequest(
+                f"The header '{name}' is not supported by this gateway.", param=name
+            )
+    return proceed(flow)
+
+
+async def parse(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
+    """The body, then the request's x-portkey-config (checked before the body's fields, as it
+    always was), then the endpoint's request."""
+    inbound = flow.inbound
+    rt = inbound.runtime
+    body = flow.body
+    if body is None:
+        body = await read_body(inbound.headers, inbound.receive, rt.config.server.max_body_bytes)
+    flow.portkey = portkey.from_headers(inbound.headers, rt.config.configs, rt.config.providers)
+    req = flow.request = flow.endpoint.parse(body, rt.config.server.limits)
+    flow.record.model = rt.model_label(req.model)
+    flow.record.stream = flow.streams
+    await proceed(flow)
+
+
+def plan(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> Awaitable[None]:
+    """The routing plan: a Portkey config and a virtual key honoured, never widening the key's
+    rights (gateway.routing.plans)."""
+    inbound = flow.inbound
+    assert flow.principal is not None, "authenticate comes first"
+    virtual_key = inbound.headers.get("x-portkey-virtual-key")
+    flow.plan = inbound.runtime.router.plan(
+        flow.principal, flow.parsed.model, virtual_key, flow.portkey, endpoint=flow.endpoint.name
+    )
+    return proceed(flow)
+
+
+# ---------------------------------------------------------------- admit (and settle)
+
+
+async def admit(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
+    """Admission against the rate limits, whose headers every answer carries; once the rest
+    is done, the reservation settled with what was used."""
+    rt, rec, reply = flow.inbound.runtime, flow.record, flow.reply
+    the_plan, principal, req = flow.plan, flow.principal, flow.parsed
+    assert the_plan is not None and principal is not None, "plan comes first"
+
+    def reserve() -> int:
+        return flow.endpoint.reserve(rt, req, the_plan)
+
+    grant = flow.grant = await rt.limiter.admit(principal.key_id, req.model, rec.model, reserve)
+    reply.add_headers(grant.headers)
+    try:
+        await proceed(flow)
+    except GatewayError:
+        if not reply.started:
+            grant.settle(0)  # refused or failed before any output: nothing was generated
+        raise
+    finally:
+        grant.settle(rec.total_tokens)  # None (unknown) keeps the reservation
+
+
+# ---------------------------------------------------------------- write
+
+
+async def write(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
+    """The answer written once the stages after this one have it: a JSON document, or the
+    stream as SSE until it ends or the caller leaves."""
+    endpoint = flow.endpoint
+    if endpoint.id_prefix:
+        flow.id = endpoint.id_prefix + flow.inbound.ids.next()
+    await proceed(flow)
+    call = flow.call
+    assert call is not None, "the attempt stage answers"
+    if flow.stream is not None:
+        await _pumped(flow, call, flow.stream)
+        return
+    answer = flow.answer
+    assert answer is not None
+    flow.record.use(answer.get("usage"))
+    doc = endpoint.document(answer, flow.parsed, flow.id, int(time.time()), call.answer_shape)
+    await flow.reply.respond(200, orjson.dumps(doc), _headers(JSON_HEADERS, call.dropped))
+
+
+async def _pumped(flow: Flow[R, A, K], call: Call[A, K], stream: Stream[K]) -> None:
+    """The stream written as SSE; its time and usage recorded."""
+    streaming, inbound, reply, rec = flow.endpoint.streaming, flow.inbound, flow.reply, flow.record
+    assert streaming is not None
+    req = flow.parsed
+    env = envelope(
+        flow.id, int(time.time()), req.model, streaming.include_usage(req),
+        streaming.chunk_object, call.answer_shape,
+    )  # fmt: skip
+    await reply.start_stream(_headers(SSE_HEADERS, call.dropped))
+    result = StreamResult()
+    began = time.perf_counter()
+    try:
+        await until_disconnect(
+            pump(reply.send, stream.first, stream.rest, env, env.include_usage, result),
+            inbound.receive,
+        )
+    finally:  # the time not spent writing is time spent waiting on the provider
+        rec.upstream_s += time.perf_counter() - began - result.write_s
+        rec.first_token = result.first_at
+        rec.use(result.usage)
+    if result.error is not None:
+        rec.error_type = type(result.error).__name__
+
+
+def _headers(base: RawHeaders, dropped: tuple[str, ...]) -> RawHeaders:
+    if not dropped:
+        return base
+    return [*base, (DROPPED_HEADER, ",".join(dropped).encode())]
+
+
+# ---------------------------------------------------------------- attempt
+
+
+async def attempt(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
+    """The plan's tries until one answers: its answer (a stream's first batch, so that a
+    failure before it can still be retried or fall back), else the error. A Portkey config's
+    requests learn what answered, and after how many retries (also when nothing did)."""
+    inbound, endpoint, req = flow.inbound, flow.endpoint, flow.parsed
+    rt, the_plan = inbound.runtime, flow.plan
+    assert the_plan is not None
+
+    def prepare(leaf: Leaf, target: Target) -> Call[A, K]:
+        return endpoint.prepare(rt, req, leaf, target)
+
+    tries: Prepare[Call[A, K]] = _in_background(prepare) if inbound.background else prepare
+    if flow.streams:
+        outcome = await rt.attempts.run(the_plan, tries, _first_batch, inbound.receive, flow.record)
+        _portkey_headers(flow, outcome.used, outcome.retries)
+        flow.call, (first, rest) = outcome.result()
+        flow.stream = Stream(first, rest)
+    else:
+        done = await rt.attempts.run(the_plan, tries, _complete, inbound.receive, flow.record)
+        _portkey_headers(flow, done.used, done.retries)
+        flow.call, flow.answer = done.result()
+    await proceed(flow)
+
+
+def _complete(call: Call[A, K]) -> Awaitable[A]:
+    return call.complete()
+
+
+async def _first_batch(call: Call[A, K]) -> tuple[list[K], AsyncIterator[list[K]]]:
+    """The stream and its first batch: until it comes, a failure is still a plain JSON error
+    response, and the attempt can be retried or fall back."""
+    assert call.stream is not None, "an endpoint that streams binds its stream"
+    batches = call.stream().__aiter__()
+    try:
+        return await batches.__anext__(), batches
+    except StopAsyncIteration:
+        return [], batches
+    except BaseException:
+        aclose = getattr(batches, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        raise
+
+
+def _portkey_headers(flow: Flow[R, A, K], used: Leaf | None, retries: int) -> None:
+    the_plan = flow.plan
+    if the_plan is None or not the_plan.portkey or used is None:
+        return
+    flow.reply.add_headers(
+        [
+            (b"x-portkey-last-used-option-index", used.path.encode()),
+            (b"x-portkey-retry-attempt-count", str(retries).encode()),
+            (b"x-portkey-provider", used.provider.encode()),
+        ]
+    )
+
+
+def _in_background(prepare: Prepare[Call[A, K]]) -> Prepare[Call[A, K]]:
+    def background(leaf: Leaf, target: Target) -> Call[A, K]:
+        return prepare(leaf, replace(target, background=True))
+
+    return background
+
+
+# ---------------------------------------------------------------- the pipeline
+
+Handler = Callable[[Inbound, Reply], Awaitable[None]]
+# A batch's line: its runtime and ids in `inbound`, its answer captured by `reply`.
+LineServer = Callable[[Inbound, Reply, RequestRecord, Principal, bytes], Awaitable[None]]
+
+
+class Pipeline:
+    """The stages, chained once per endpoint: a live request's path and a batch line's."""
+
+    def __init__(self, extra: Sequence[Stage] = ()) -> None:
+        tail: tuple[Stage, ...] = (write, *extra, attempt)
+        self.live: tuple[Stage, ...] = (record, authenticate, parse, plan, admit, *tail)
+        self.line: tuple[Stage, ...] = (parse, plan, admit, *tail)
+
+    def handler(self, endpoint: Endpoint[R, A, K]) -> Handler:
+        """The endpoint's HTTP handler: a live request's flow through every stage."""
+        run = compose(self.live, endpoint)
+
+        def handle(inbound: Inbound, reply: Reply) -> Awaitable[None]:
+            rec = RequestRecord(time.perf_counter(), operation=endpoint.operation)
+            return run(Flow(endpoint, inbound, reply, rec))
+
+        return handle
+
+    def line_server(self, endpoint: Endpoint[R, A, K]) -> LineServer:
+        """How the batch runner serves one of the endpoint's lines."""
+        run = compose(self.line, endpoint)
+
+        def serve(
+            inbound: Inbound, reply: Reply, rec: RequestRecord, principal: Principal, body: bytes
+        ) -> Awaitable[None]:
+            return run(Flow(endpoint, inbound, reply, rec, principal=principal, body=body))
+
+        return serve
+
+    def lines(self) -> dict[str, tuple[LineServer, str]]:
+        """Each endpoint's batch URL → how its lines are served, and their metrics operation."""
+        return {e.batch_url: (e.made(self.line_server), e.operation) for e in ENDPOINTS}
