@@ -81,9 +81,14 @@ def config(port: int) -> str:
 async def run(requests: int) -> None:
     import uvicorn
 
-    from gateway.api.app import create_app
     from gateway.config import parse
-    from gateway.server.protocol import GatewayHttpProtocol
+
+    try:
+        from gateway.api.app import create_app
+        from gateway.server.protocol import GatewayHttpProtocol
+    except ImportError:  # a tree from before the modules moved (issue 34), for --compare
+        from gateway.app import create_app  # type: ignore[no-redef]
+        from gateway.protocol import GatewayHttpProtocol  # type: ignore[no-redef]
 
     loop = asyncio.get_running_loop()
     upstream = await loop.create_server(Upstream, HOST, 0)

@@ -175,7 +175,7 @@ def _refine(named: dict[str, Schema], name: str, **properties: Schema) -> None:
 
 def _stamped(named: dict[str, Schema], base: str, kind: str, *, stream: bool = False) -> Schema:
     """A canonical answer as the caller gets it: the gateway stamps `id`, `object`, `created`
-    and `model` (the caller's alias) on it (gateway.pipeline.service, gateway.pipeline.sse: declared
+    and `model` (the caller's alias) on it (gateway.pipeline's write stage and its SSE: declared
     here by hand). A stream's content chunks carry `"usage": null` when usage was asked for."""
     schema = named[base]
     properties: Schema = {
