@@ -4,10 +4,12 @@ A `Flow` is what the stages know of one request, filled in as it goes: its endpo
 HTTP exchange (`Inbound`, `Reply`), its metrics record, then its caller, body, request, plan,
 admission, the call that answered and its answer (`answer` for JSON, `stream` for a stream).
 
-A `Stage` is one step of every endpoint's path: it does its part, then hands the flow on to the
-rest of the pipeline (`proceed`), and may act again once that returns (a stage wraps the ones
-after it). A stage that wants to see a stream's batches as they are written replaces
-`flow.stream` with a tapped one (`tapped`) after `proceed` has filled it.
+A `Stage` is one step of every endpoint's path, written as ASGI middleware is: given the rest of
+the pipeline (`proceed`), it returns its own step, which does its part, hands the flow on with
+`await proceed(flow)`, and may act again once that returns (a stage wraps the ones after it).
+The steps are chained once per endpoint, so a request pays for one call per stage, no more. A
+stage that wants to see a stream's batches as they are written replaces `flow.stream` with a
+tapped one (`tapped`) after `proceed` has filled it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Flow(Generic[R, A, K]):
     body: bytes | None = None  # parse (a batch's line: given)
     portkey: PortkeyConfig | None = None  # parse: the request's x-portkey-config
     request: R | None = None  # parse
+    streams: bool = False  # parse: the request asked for a stream
     plan: Plan | None = None  # plan
     grant: Grant | None = None  # admit
     id: str = ""  # write: the answer's id
@@ -54,26 +57,15 @@ class Flow(Generic[R, A, K]):
     answer: A | None = None  # attempt: a JSON answer
     stream: Stream[K] | None = None  # attempt: a stream's answer
 
-    @property
-    def streams(self) -> bool:
-        """The request asked for a stream."""
-        streaming = self.endpoint.streaming
-        return streaming is not None and streaming.wanted(self.parsed)
-
-    @property
-    def parsed(self) -> R:
-        request = self.request
-        assert request is not None, "the parse stage comes first"
-        return request
-
 
 Next = Callable[[Flow[R, A, K]], Awaitable[None]]
 
 
 class Stage(Protocol):
-    """A step of the pipeline, the same for every endpoint."""
+    """A step of the pipeline, the same for every endpoint: given the rest of the pipeline, its
+    own step."""
 
-    def __call__(self, flow: Flow[R, A, K], proceed: Next[R, A, K]) -> Awaitable[None]: ...
+    def __call__(self, proceed: Next[R, A, K], /) -> Next[R, A, K]: ...
 
 
 def compose(stages: Sequence[Stage], endpoint: Endpoint[R, A, K]) -> Next[R, A, K]:
@@ -81,15 +73,8 @@ def compose(stages: Sequence[Stage], endpoint: Endpoint[R, A, K]) -> Next[R, A, 
     request)."""
     run: Next[R, A, K] = _end
     for stage in reversed(stages):
-        run = _link(stage, run)
+        run = stage(run)
     return run
-
-
-def _link(stage: Stage, proceed: Next[R, A, K]) -> Next[R, A, K]:
-    def step(flow: Flow[R, A, K]) -> Awaitable[None]:
-        return stage(flow, proceed)
-
-    return step
 
 
 async def _end(flow: Flow[R, A, K]) -> None:

@@ -11,6 +11,7 @@
                   around the attempts; they see the JSON answer or tap the stream
     attempt       the plan's tries (gateway.routing.attempts): retries, fallback, breakers
 
+Each stage is written as ASGI middleware is (gateway.pipeline.flow): given the rest, its step.
 A batch's line skips record and authenticate (its key is the batch's, its body given; the
 Batch API counts its lines) and otherwise runs the same stages.
 
@@ -58,21 +59,25 @@ CLIENT_GONE = 499  # nginx's "client closed request": the status the metrics giv
 # ---------------------------------------------------------------- record
 
 
-async def record(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
+def record(proceed: Next[R, A, K]) -> Next[R, A, K]:
     """The request's record (observed once it is over) and the in-flight gauge."""
-    rt, rec, reply = flow.inbound.runtime, flow.record, flow.reply
-    rt.metrics.inflight_add(1)
-    rt.live += 1
-    try:
-        await proceed(flow)
-        rec.status = reply.status
-    except Exception as exc:
-        _failed(rec, exc, reply.status)
-        raise
-    finally:
-        rt.live -= 1
-        rt.metrics.inflight_add(-1)
-        rt.metrics.observe(rec)
+
+    async def recorded(flow: Flow[R, A, K]) -> None:
+        rt, rec, reply = flow.inbound.runtime, flow.record, flow.reply
+        rt.metrics.inflight_add(1)
+        rt.live += 1
+        try:
+            await proceed(flow)
+            rec.status = reply.status
+        except Exception as exc:
+            _failed(rec, exc, reply.status)
+            raise
+        finally:
+            rt.live -= 1
+            rt.metrics.inflight_add(-1)
+            rt.metrics.observe(rec)
+
+    return recorded
 
 
 def _failed(rec: RequestRecord, exc: Exception, sent: int) -> None:
@@ -91,96 +96,119 @@ def _failed(rec: RequestRecord, exc: Exception, sent: int) -> None:
 # ---------------------------------------------------------------- authenticate, parse, plan
 
 
-def authenticate(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> Awaitable[None]:
-    headers = flow.inbound.headers
-    flow.principal = flow.inbound.runtime.auth.authenticate(headers)
-    for name in UNSUPPORTED_HEADERS:
-        if name in headers:
-            raise InvalidRequest(
-                f"The header '{name}' is not supported by this gateway.", param=name
-            )
-    return proceed(flow)
+def authenticate(proceed: Next[R, A, K]) -> Next[R, A, K]:
+    def authenticated(flow: Flow[R, A, K]) -> Awaitable[None]:
+        headers = flow.inbound.headers
+        flow.principal = flow.inbound.runtime.auth.authenticate(headers)
+        for name in UNSUPPORTED_HEADERS:
+            if name in headers:
+                raise InvalidRequest(
+                    f"The header '{name}' is not supported by this gateway.", param=name
+                )
+        return proceed(flow)
+
+    return authenticated
 
 
-async def parse(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
+def parse(proceed: Next[R, A, K]) -> Next[R, A, K]:
     """The body, then the request's x-portkey-config (checked before the body's fields, as it
     always was), then the endpoint's request."""
-    inbound = flow.inbound
-    rt = inbound.runtime
-    body = flow.body
-    if body is None:
-        body = await read_body(inbound.headers, inbound.receive, rt.config.server.max_body_bytes)
-    flow.portkey = portkey.from_headers(inbound.headers, rt.config.configs, rt.config.providers)
-    req = flow.request = flow.endpoint.parse(body, rt.config.server.limits)
-    flow.record.model = rt.model_label(req.model)
-    flow.record.stream = flow.streams
-    await proceed(flow)
+
+    async def parsed(flow: Flow[R, A, K]) -> None:
+        inbound = flow.inbound
+        rt = inbound.runtime
+        config = rt.config
+        body = flow.body
+        if body is None:
+            body = await read_body(inbound.headers, inbound.receive, config.server.max_body_bytes)
+        flow.portkey = portkey.from_headers(inbound.headers, config.configs, config.providers)
+        endpoint = flow.endpoint
+        req = flow.request = endpoint.parse(body, config.server.limits)
+        streaming = endpoint.streaming
+        flow.streams = streaming is not None and streaming.wanted(req)
+        flow.record.model = rt.model_label(req.model)
+        flow.record.stream = flow.streams
+        await proceed(flow)
+
+    return parsed
 
 
-def plan(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> Awaitable[None]:
+def plan(proceed: Next[R, A, K]) -> Next[R, A, K]:
     """The routing plan: a Portkey config and a virtual key honoured, never widening the key's
     rights (gateway.routing.plans)."""
-    inbound = flow.inbound
-    assert flow.principal is not None, "authenticate comes first"
-    virtual_key = inbound.headers.get("x-portkey-virtual-key")
-    flow.plan = inbound.runtime.router.plan(
-        flow.principal, flow.parsed.model, virtual_key, flow.portkey, endpoint=flow.endpoint.name
-    )
-    return proceed(flow)
+
+    def planned(flow: Flow[R, A, K]) -> Awaitable[None]:
+        inbound, principal, req = flow.inbound, flow.principal, flow.request
+        assert principal is not None and req is not None, "authenticate and parse come first"
+        virtual_key = inbound.headers.get("x-portkey-virtual-key")
+        flow.plan = inbound.runtime.router.plan(
+            principal, req.model, virtual_key, flow.portkey, endpoint=flow.endpoint.name
+        )
+        return proceed(flow)
+
+    return planned
 
 
 # ---------------------------------------------------------------- admit (and settle)
 
 
-async def admit(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
+def admit(proceed: Next[R, A, K]) -> Next[R, A, K]:
     """Admission against the rate limits, whose headers every answer carries; once the rest
     is done, the reservation settled with what was used."""
-    rt, rec, reply = flow.inbound.runtime, flow.record, flow.reply
-    the_plan, principal, req = flow.plan, flow.principal, flow.parsed
-    assert the_plan is not None and principal is not None, "plan comes first"
 
-    def reserve() -> int:
-        return flow.endpoint.reserve(rt, req, the_plan)
+    async def admitted(flow: Flow[R, A, K]) -> None:
+        rt, rec, reply = flow.inbound.runtime, flow.record, flow.reply
+        the_plan, principal, req = flow.plan, flow.principal, flow.request
+        assert the_plan is not None and principal is not None and req is not None
 
-    grant = flow.grant = await rt.limiter.admit(principal.key_id, req.model, rec.model, reserve)
-    reply.add_headers(grant.headers)
-    try:
-        await proceed(flow)
-    except GatewayError:
-        if not reply.started:
-            grant.settle(0)  # refused or failed before any output: nothing was generated
-        raise
-    finally:
-        grant.settle(rec.total_tokens)  # None (unknown) keeps the reservation
+        def reserve() -> int:
+            return flow.endpoint.reserve(rt, req, the_plan)
+
+        grant = await rt.limiter.admit(principal.key_id, req.model, rec.model, reserve)
+        flow.grant = grant
+        reply.add_headers(grant.headers)
+        try:
+            await proceed(flow)
+        except GatewayError:
+            if not reply.started:
+                grant.settle(0)  # refused or failed before any output: nothing was generated
+            raise
+        finally:
+            grant.settle(rec.total_tokens)  # None (unknown) keeps the reservation
+
+    return admitted
 
 
 # ---------------------------------------------------------------- write
 
 
-async def write(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
+def write(proceed: Next[R, A, K]) -> Next[R, A, K]:
     """The answer written once the stages after this one have it: a JSON document, or the
     stream as SSE until it ends or the caller leaves."""
-    endpoint = flow.endpoint
-    if endpoint.id_prefix:
-        flow.id = endpoint.id_prefix + flow.inbound.ids.next()
-    await proceed(flow)
-    call = flow.call
-    assert call is not None, "the attempt stage answers"
-    if flow.stream is not None:
-        await _pumped(flow, call, flow.stream)
-        return
-    answer = flow.answer
-    assert answer is not None
-    flow.record.use(answer.get("usage"))
-    doc = endpoint.document(answer, flow.parsed, flow.id, int(time.time()), call.answer_shape)
-    await flow.reply.respond(200, orjson.dumps(doc), _headers(JSON_HEADERS, call.dropped))
+
+    async def written(flow: Flow[R, A, K]) -> None:
+        endpoint = flow.endpoint
+        if endpoint.id_prefix:
+            flow.id = endpoint.id_prefix + flow.inbound.ids.next()
+        await proceed(flow)
+        call, req = flow.call, flow.request
+        assert call is not None and req is not None, "the attempt stage answers"
+        if flow.stream is not None:
+            await _pumped(flow, req, call, flow.stream)
+            return
+        answer = flow.answer
+        assert answer is not None
+        flow.record.use(answer.get("usage"))
+        doc = endpoint.document(answer, req, flow.id, int(time.time()), call.answer_shape)
+        await flow.reply.respond(200, orjson.dumps(doc), _headers(JSON_HEADERS, call.dropped))
+
+    return written
 
 
-async def _pumped(flow: Flow[R, A, K], call: Call[A, K], stream: Stream[K]) -> None:
+async def _pumped(flow: Flow[R, A, K], req: R, call: Call[A, K], stream: Stream[K]) -> None:
     """The stream written as SSE; its time and usage recorded."""
     streaming, inbound, reply, rec = flow.endpoint.streaming, flow.inbound, flow.reply, flow.record
     assert streaming is not None
-    req = flow.parsed
     env = envelope(
         flow.id, int(time.time()), req.model, streaming.include_usage(req),
         streaming.chunk_object, call.answer_shape,
@@ -210,28 +238,32 @@ def _headers(base: RawHeaders, dropped: tuple[str, ...]) -> RawHeaders:
 # ---------------------------------------------------------------- attempt
 
 
-async def attempt(flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
+def attempt(proceed: Next[R, A, K]) -> Next[R, A, K]:
     """The plan's tries until one answers: its answer (a stream's first batch, so that a
     failure before it can still be retried or fall back), else the error. A Portkey config's
     requests learn what answered, and after how many retries (also when nothing did)."""
-    inbound, endpoint, req = flow.inbound, flow.endpoint, flow.parsed
-    rt, the_plan = inbound.runtime, flow.plan
-    assert the_plan is not None
 
-    def prepare(leaf: Leaf, target: Target) -> Call[A, K]:
-        return endpoint.prepare(rt, req, leaf, target)
+    async def attempted(flow: Flow[R, A, K]) -> None:
+        inbound, endpoint, req, the_plan = flow.inbound, flow.endpoint, flow.request, flow.plan
+        assert req is not None and the_plan is not None
+        rt, receive, rec = inbound.runtime, inbound.receive, flow.record
 
-    tries: Prepare[Call[A, K]] = _in_background(prepare) if inbound.background else prepare
-    if flow.streams:
-        outcome = await rt.attempts.run(the_plan, tries, _first_batch, inbound.receive, flow.record)
-        _portkey_headers(flow, outcome.used, outcome.retries)
-        flow.call, (first, rest) = outcome.result()
-        flow.stream = Stream(first, rest)
-    else:
-        done = await rt.attempts.run(the_plan, tries, _complete, inbound.receive, flow.record)
-        _portkey_headers(flow, done.used, done.retries)
-        flow.call, flow.answer = done.result()
-    await proceed(flow)
+        def prepare(leaf: Leaf, target: Target) -> Call[A, K]:
+            return endpoint.prepare(rt, req, leaf, target)
+
+        tries: Prepare[Call[A, K]] = _in_background(prepare) if inbound.background else prepare
+        if flow.streams:
+            outcome = await rt.attempts.run(the_plan, tries, _first_batch, receive, rec)
+            _portkey_headers(flow, outcome.used, outcome.retries)
+            flow.call, (first, rest) = outcome.result()
+            flow.stream = Stream(first, rest)
+        else:
+            done = await rt.attempts.run(the_plan, tries, _complete, receive, rec)
+            _portkey_headers(flow, done.used, done.retries)
+            flow.call, flow.answer = done.result()
+        await proceed(flow)
+
+    return attempted
 
 
 def _complete(call: Call[A, K]) -> Awaitable[A]:

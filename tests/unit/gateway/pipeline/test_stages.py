@@ -5,7 +5,7 @@ the provider contract: an adapter that does not implement an endpoint refuses it
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -81,21 +81,25 @@ class Observer:
     def __init__(self) -> None:
         self.seen: list[Seen] = []
 
-    async def __call__(self, flow: Flow[R, A, K], proceed: Next[R, A, K]) -> None:
-        seen = Seen(flow.endpoint.name, flow.parsed.model, flow.streams)
-        self.seen.append(seen)
-        await proceed(flow)
-        if flow.stream is not None:
-            flow.stream = tapped(flow.stream, seen.batches.append, self._ended(seen))
-        else:
-            seen.answer = flow.answer
+    def __call__(self, proceed: Next[R, A, K]) -> Next[R, A, K]:
+        async def observed(flow: Flow[R, A, K]) -> None:
+            assert flow.request is not None
+            seen = Seen(flow.endpoint.name, flow.request.model, flow.streams)
+            self.seen.append(seen)
+            await proceed(flow)
+            if flow.stream is not None:
+                flow.stream = tapped(flow.stream, seen.batches.append, _ended(seen))
+            else:
+                seen.answer = flow.answer
 
-    @staticmethod
-    def _ended(seen: Seen) -> Any:
-        def ended(whole: bool) -> None:
-            seen.ended = whole
+        return observed
 
-        return ended
+
+def _ended(seen: Seen) -> Callable[[bool], None]:
+    def ended(whole: bool) -> None:
+        seen.ended = whole
+
+    return ended
 
 
 def config(providers: dict[str, Any]) -> Config:
