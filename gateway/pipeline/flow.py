@@ -69,8 +69,8 @@ class Stage(Protocol):
 
 
 def compose(stages: Sequence[Stage], endpoint: Endpoint[R, A, K]) -> Next[R, A, K]:
-    """The stages chained, first to last, for one endpoint's flows (built once, not per
-    request)."""
+    """The stages chained, first to last, for `endpoint`'s flows (built once, not per request;
+    the endpoint fixes the flows' types)."""
     run: Next[R, A, K] = _end
     for stage in reversed(stages):
         run = stage(run)
