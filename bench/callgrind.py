@@ -10,7 +10,11 @@ the counts is what one request costs (client, gateway and upstream: the client a
 the same for any revision of the gateway, so the difference between two revisions is theirs).
 
     .venv/bin/python bench/callgrind.py --compare /tmp/before     # this tree against a worktree
+    .venv/bin/python bench/callgrind.py --endpoint embeddings     # completions, chat, embeddings
     .venv/bin/python bench/callgrind.py --requests 500            # one run, no callgrind
+
+Beside the trees, the same client and upstream without a gateway between them (`--direct`): the
+floor, taken from each count to give the gateway's own instructions a request.
 """
 
 from __future__ import annotations
@@ -28,32 +32,79 @@ import orjson
 
 HOST = "127.0.0.1"
 KEY = "sk-bench-key"
-ANSWER = orjson.dumps(
-    {
-        "id": "cmpl-1",
-        "object": "text_completion",
-        "created": 1,
-        "model": "mock-model",
-        "choices": [{"index": 0, "text": " This is a test.", "finish_reason": "length"}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
-    }
-)
-UPSTREAM_ANSWER = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-    % (len(ANSWER), ANSWER)
-)
-BODY = orjson.dumps({"model": "bench-model", "prompt": "Say this is a test", "max_tokens": 16})
-REQUEST = (
-    b"POST /v1/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer %s\r\n"
-    b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-    % (KEY.encode(), len(BODY), BODY)
-)
+
+
+def _exchange(path: str, body: object, answer: object) -> tuple[bytes, bytes]:
+    """The client's request and the upstream's answer for one endpoint."""
+    raw_body, raw_answer = orjson.dumps(body), orjson.dumps(answer)
+    request = (
+        b"POST %s HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer %s\r\n"
+        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (path.encode(), KEY.encode(), len(raw_body), raw_body)
+    )
+    upstream = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (
+            len(raw_answer),
+            raw_answer,
+        )
+    )
+    return request, upstream
+
+
+USAGE = {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}
+# Per endpoint: the client's request and the upstream's answer, and the alias's kind.
+EXCHANGES = {
+    "completions": (
+        _exchange(
+            "/v1/completions",
+            {"model": "bench-model", "prompt": "Say this is a test", "max_tokens": 16},
+            {
+                "id": "cmpl-1", "object": "text_completion", "created": 1, "model": "mock-model",
+                "choices": [{"index": 0, "text": " This is a test.", "finish_reason": "length"}],
+                "usage": USAGE,
+            },
+        ),
+        "completions",
+    ),
+    "chat": (
+        _exchange(
+            "/v1/chat/completions",
+            {"model": "bench-model", "max_tokens": 16,
+             "messages": [{"role": "user", "content": "Say this is a test"}]},
+            {
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+                "model": "mock-model",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "A test."},
+                             "finish_reason": "stop"}],
+                "usage": USAGE,
+            },
+        ),
+        "completions",
+    ),
+    "embeddings": (
+        _exchange(
+            "/v1/embeddings",
+            {"model": "bench-model", "input": ["Say this is a test"] * 4},
+            {
+                "object": "list", "model": "mock-model",
+                "data": [{"object": "embedding", "index": i, "embedding": [0.125] * 256}
+                         for i in range(4)],
+                "usage": {"prompt_tokens": 20, "total_tokens": 20},
+            },
+        ),
+        "embeddings",
+    ),
+}  # fmt: skip
 COUNTS = (200, 1200)  # the two runs' requests
 COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 class Upstream(asyncio.Protocol):
     """Answers each request (a head, a body of its content-length) with the fixed answer."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -67,18 +118,19 @@ class Upstream(asyncio.Protocol):
             if len(rest) < length:
                 return
             self.buffer = rest[length:]
-            self.transport.write(UPSTREAM_ANSWER)  # type: ignore[attr-defined]
+            self.transport.write(self.answer)  # type: ignore[attr-defined]
 
 
-def config(port: int) -> str:
+def config(port: int, kind: str) -> str:
     return (
         f"auth: {{keys: [{{id: b, key: {KEY}}}]}}\n"
         f"providers: {{up: {{type: openai-compatible, base_url: 'http://{HOST}:{port}/v1'}}}}\n"
-        "models: {bench-model: {targets: [{provider: up, model: mock-model}]}}\n"
+        f"models: {{bench-model: {{endpoint: {kind}, "
+        "targets: [{provider: up, model: mock-model}]}}\n"
     )
 
 
-async def run(requests: int) -> None:
+async def run(requests: int, endpoint: str, direct: bool) -> None:
     import uvicorn
 
     from gateway.config import parse
@@ -91,18 +143,21 @@ async def run(requests: int) -> None:
         from gateway.protocol import GatewayHttpProtocol  # type: ignore[no-redef]
 
     loop = asyncio.get_running_loop()
-    upstream = await loop.create_server(Upstream, HOST, 0)
+    (request, answer), kind = EXCHANGES[endpoint]
+    upstream = await loop.create_server(lambda: Upstream(answer), HOST, 0)
     up_port = upstream.sockets[0].getsockname()[1]
     sock = socket.create_server((HOST, 0))
-    app = create_app(parse(config(up_port)))
+    app = create_app(parse(config(up_port, kind)))
     uv = uvicorn.Config(app, http=GatewayHttpProtocol, lifespan="on", log_level="error")
     server = uvicorn.Server(uv)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started:  # noqa: ASYNC110 - uvicorn's Server has no event to wait on
         await asyncio.sleep(0.01)
-    reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+    # --direct: the client calls the upstream itself (the floor: what is not the gateway's).
+    address = (HOST, up_port) if direct else sock.getsockname()[:2]
+    reader, writer = await asyncio.open_connection(*address)
     for _ in range(requests):
-        writer.write(REQUEST)
+        writer.write(request)
         head = await reader.readuntil(b"\r\n\r\n")
         length = int(re.search(rb"(?i)content-length: *(\d+)", head)[1])  # type: ignore[index]
         body = await reader.readexactly(length)
@@ -113,19 +168,20 @@ async def run(requests: int) -> None:
     upstream.close()
 
 
-def counted(tree: Path, requests: int) -> int:
+def counted(tree: Path, requests: int, endpoint: str, direct: bool) -> int:
     """Instructions of a run of `requests` on the gateway of `tree`, under callgrind."""
     cmd = [
         "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
         sys.executable, str(Path(__file__).resolve()), "--requests", str(requests),
+        "--endpoint", endpoint, *(["--direct"] if direct else []),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=True)
     return int(COLLECTED.findall(done.stderr)[-1])
 
 
-def per_request(tree: Path) -> float:
-    low, high = (counted(tree, n) for n in COUNTS)
+def per_request(tree: Path, endpoint: str, direct: bool = False) -> float:
+    low, high = (counted(tree, n, endpoint, direct) for n in COUNTS)
     return (high - low) / (COUNTS[1] - COUNTS[0])
 
 
@@ -133,19 +189,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--requests", type=int, help="one run of this many, no callgrind")
     parser.add_argument("--compare", type=Path, help="another tree: its count beside this one's")
+    parser.add_argument("--endpoint", choices=tuple(EXCHANGES), default="completions")
+    parser.add_argument("--direct", action="store_true", help="the client calls the upstream")
     args = parser.parse_args()
     if args.requests is not None:
         import uvloop
 
-        uvloop.run(run(args.requests))
+        uvloop.run(run(args.requests, args.endpoint, args.direct))
         return 0
     here = Path(__file__).resolve().parent.parent
     trees = {"this tree": here} | ({"compared": args.compare} if args.compare else {})
-    counts = {name: per_request(tree) for name, tree in trees.items()}
+    counts = {name: per_request(tree, args.endpoint) for name, tree in trees.items()}
+    floor = per_request(here, args.endpoint, direct=True)
+    print(f"{args.endpoint}; the floor (client and upstream alone): {floor:,.0f} instructions")
     for name, count in counts.items():
-        print(f"{name}: {count:,.0f} instructions a request")
+        print(f"{name}: {count:,.0f} instructions a request, the gateway's {count - floor:,.0f}")
     if args.compare:
-        print(f"this tree / compared: {counts['this tree'] / counts['compared']:.4f}")
+        ours, theirs = (counts[name] - floor for name in trees)
+        print(
+            f"this tree / compared: {counts['this tree'] / counts['compared']:.4f} in all, "
+            f"{ours / theirs:.4f} of the gateway's own"
+        )
     return 0
 
 

@@ -100,6 +100,8 @@ class Call(Generic[A, K]):
     answer_shape: AnswerShape = "openai"
 
 
+# Names for the types, not constructors: an instance made through a subscripted generic costs
+# four times as much (typing tries to set `__orig_class__` on it, which slots refuse).
 CompletionCall = Call[Completion, Chunk]
 ChatCall = Call[ChatCompletion, ChatChunk]
 EmbeddingCall = Call[Embeddings, Never]
@@ -207,7 +209,7 @@ class Adapter(Generic[S, E, H]):
 
     def completion(self, request: CompletionRequest, target: Target) -> CompletionCall:
         prepared = self.prepare(request, target)
-        return CompletionCall(
+        return Call(
             target,
             prepared.dropped,
             partial(self.complete, prepared),
@@ -217,7 +219,7 @@ class Adapter(Generic[S, E, H]):
 
     def chat(self, request: ChatRequest, target: Target) -> ChatCall:
         prepared = self.prepare_chat(request, target)
-        return ChatCall(
+        return Call(
             target,
             prepared.dropped,
             partial(self.complete_chat, prepared),
@@ -227,7 +229,7 @@ class Adapter(Generic[S, E, H]):
 
     def embedding(self, request: EmbeddingRequest, target: Target) -> EmbeddingCall:
         prepared = self.prepare_embedding(request, target)
-        return EmbeddingCall(target, prepared.dropped, partial(self.embed, prepared))
+        return Call(target, prepared.dropped, partial(self.embed, prepared))
 
 
 def unserved(target: Target, endpoint: str) -> InvalidRequest:

@@ -37,14 +37,12 @@ class Stream(Generic[K]):
     rest: AsyncIterator[list[K]]
 
 
-@dataclass(slots=True)
 class Flow(Generic[R, A, K]):
-    """One request as the stages see it; each field is set by the stage named beside it."""
+    """One request as the stages see it; each field is set by the stage named beside it.
 
-    endpoint: Endpoint[R, A, K]
-    inbound: Inbound
-    reply: Reply
-    record: RequestRecord  # observed by the record stage at the end
+    A flow is made per request with its first fields only: the others start as the class's
+    defaults, and are written when known (a dataclass would write all fifteen at each start)."""
+
     principal: Principal | None = None  # authenticate (a batch's line: its key's)
     body: bytes | None = None  # parse (a batch's line: given)
     portkey: PortkeyConfig | None = None  # parse: the request's x-portkey-config
@@ -56,6 +54,18 @@ class Flow(Generic[R, A, K]):
     call: Call[A, K] | None = None  # attempt: what the target that answered was sent
     answer: A | None = None  # attempt: a JSON answer
     stream: Stream[K] | None = None  # attempt: a stream's answer
+
+    def __init__(
+        self,
+        endpoint: Endpoint[R, A, K],
+        inbound: Inbound,
+        reply: Reply,
+        record: RequestRecord,  # observed by the record stage at the end
+    ) -> None:
+        self.endpoint = endpoint
+        self.inbound = inbound
+        self.reply = reply
+        self.record = record
 
 
 Next = Callable[[Flow[R, A, K]], Awaitable[None]]

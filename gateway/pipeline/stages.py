@@ -9,7 +9,8 @@
     write         the answer written: JSON, or SSE as the stream's batches come
     [extra]       stages added for every endpoint (create_app's `stages`): after admission,
                   around the attempts; they see the JSON answer or tap the stream
-    attempt       the plan's tries (gateway.routing.attempts): retries, fallback, breakers
+    attempt       the plan's tries (gateway.routing.attempts): retries, fallback, breakers;
+                  always last
 
 Each stage is written as ASGI middleware is (gateway.pipeline.flow): given the rest, its step.
 A batch's line skips record and authenticate (its key is the batch's, its body given; the
@@ -261,7 +262,8 @@ def attempt(proceed: Next[R, A, K]) -> Next[R, A, K]:
             done = await rt.attempts.run(the_plan, tries, _complete, receive, rec)
             _portkey_headers(flow, done.used, done.retries)
             flow.call, flow.answer = done.result()
-        await proceed(flow)
+        # The last stage (Pipeline puts it there): nothing comes after the answer is had, so
+        # `proceed`, the pipeline's end, is not awaited (a coroutine less a request).
 
     return attempted
 
@@ -338,7 +340,9 @@ class Pipeline:
         def serve(
             inbound: Inbound, reply: Reply, rec: RequestRecord, principal: Principal, body: bytes
         ) -> Awaitable[None]:
-            return run(Flow(endpoint, inbound, reply, rec, principal=principal, body=body))
+            flow = Flow(endpoint, inbound, reply, rec)
+            flow.principal, flow.body = principal, body
+            return run(flow)
 
         return serve
 
