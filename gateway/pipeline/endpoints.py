@@ -30,7 +30,7 @@ from core.embeddings import (
     validate_embedding,
 )
 from core.openapi import CHAT_DOC, COMPLETIONS_DOC, EMBEDDINGS_DOC, InferenceDoc
-from core.provider import AnswerShape, Call, Target
+from core.provider import AnswerShape, Call, Provider, Target
 from core.wire import Json
 from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION
 from gateway.pipeline import estimates
@@ -89,8 +89,8 @@ class Endpoint(Generic[R, A, K]):
     # the target's provider, ready to send. A retry prepares anew.
     prepare: Callable[[Runtime, R, Leaf, Target], Call[A, K]]
     reserve: Callable[[Runtime, R, Plan], int]  # the tokens it may use (the rate limits)
-    # The JSON document of an answer: answer, request, id, created, the provider's shape.
-    document: Callable[[A, R, str, int, AnswerShape], Json]
+    # The JSON document of an answer: answer, the caller's model, id, created, its shape.
+    document: Callable[[A, str, str, int, AnswerShape], Mapping[str, object]]
     id_prefix: str = ""  # its answers' ids ("" : they have none)
     streaming: Streaming[R] | None = None  # None: it does not stream
 
@@ -98,21 +98,28 @@ class Endpoint(Generic[R, A, K]):
         return make(self)
 
 
+# ---------------------------------------------------------------- how a request is prepared
+
+Overrides = Mapping[str, object]
+
+
+def _preparer(
+    overridden: Callable[[R, Overrides, RequestLimits], R],
+    defaulted: Callable[[R, Overrides], R],
+    bind: Callable[[Provider, R, Target], Call[A, K]],
+) -> Callable[[Runtime, R, Leaf, Target], Call[A, K]]:
+    """An endpoint's `prepare`: the leaf's overrides, then the target's defaults, then the
+    request bound to the target's provider."""
+
+    def prepare(rt: Runtime, req: R, leaf: Leaf, target: Target) -> Call[A, K]:
+        if leaf.overrides:
+            req = overridden(req, leaf.overrides, rt.config.server.limits)
+        return bind(rt.providers[target.provider], defaulted(req, target.defaults), target)
+
+    return prepare
+
+
 # ---------------------------------------------------------------- completions
-
-
-def _prepare_completion(
-    rt: Runtime, req: CompletionRequest, leaf: Leaf, target: Target
-) -> Call[Completion, Chunk]:
-    if leaf.overrides:
-        req = apply_overrides(req, leaf.overrides, rt.config.server.limits)
-    return rt.providers[target.provider].completion(apply_defaults(req, target.defaults), target)
-
-
-def _completion_document(
-    answer: Completion, req: CompletionRequest, cid: str, created: int, shape: AnswerShape
-) -> Json:
-    return completion_document(answer, req.model, cid, created, shape)
 
 
 COMPLETIONS: Endpoint[CompletionRequest, Completion, Chunk] = Endpoint(
@@ -122,29 +129,15 @@ COMPLETIONS: Endpoint[CompletionRequest, Completion, Chunk] = Endpoint(
     operation=OP_TEXT_COMPLETION,
     doc=COMPLETIONS_DOC,
     parse=parse_completion,
-    prepare=_prepare_completion,
+    prepare=_preparer(apply_overrides, apply_defaults, lambda p, r, t: p.completion(r, t)),
     reserve=estimates.reservation,
-    document=_completion_document,
+    document=completion_document,
     id_prefix="cmpl-",
     streaming=Streaming(lambda r: r.stream, lambda r: r.include_usage, TEXT_CHUNK),
 )
 
 
 # ---------------------------------------------------------------- chat
-
-
-def _prepare_chat(
-    rt: Runtime, req: ChatRequest, leaf: Leaf, target: Target
-) -> Call[ChatCompletion, ChatChunk]:
-    if leaf.overrides:
-        req = apply_chat_overrides(req, leaf.overrides, rt.config.server.limits)
-    return rt.providers[target.provider].chat(apply_chat_defaults(req, target.defaults), target)
-
-
-def _chat_document(
-    answer: ChatCompletion, req: ChatRequest, cid: str, created: int, shape: AnswerShape
-) -> Json:
-    return chat_document(answer, req.model, cid, created, shape)
 
 
 CHAT: Endpoint[ChatRequest, ChatCompletion, ChatChunk] = Endpoint(
@@ -154,9 +147,9 @@ CHAT: Endpoint[ChatRequest, ChatCompletion, ChatChunk] = Endpoint(
     operation=OP_CHAT,
     doc=CHAT_DOC,
     parse=parse_chat,
-    prepare=_prepare_chat,
+    prepare=_preparer(apply_chat_overrides, apply_chat_defaults, lambda p, r, t: p.chat(r, t)),
     reserve=estimates.chat_reservation,
-    document=_chat_document,
+    document=chat_document,
     id_prefix="chatcmpl-",
     streaming=Streaming(lambda r: r.stream, lambda r: r.include_usage, CHAT_CHUNK),
 )
@@ -169,19 +162,16 @@ def _parse_embedding(body: bytes, limits: RequestLimits) -> EmbeddingRequest:
     return parse_embedding(body)
 
 
-def _prepare_embedding(
-    rt: Runtime, req: EmbeddingRequest, leaf: Leaf, target: Target
-) -> Call[Embeddings, Never]:
-    if leaf.overrides:
-        req = validate_embedding({**req.fields, **leaf.overrides})
-    provider = rt.providers[target.provider]
-    return provider.embedding(embedding_defaults(req, target.defaults), target)
+def _embedding_overridden(
+    req: EmbeddingRequest, overrides: Overrides, limits: RequestLimits
+) -> EmbeddingRequest:
+    return validate_embedding({**req.fields, **overrides})
 
 
 def _embeddings_document(
-    answer: Embeddings, req: EmbeddingRequest, cid: str, created: int, shape: AnswerShape
+    answer: Embeddings, model: str, cid: str, created: int, shape: AnswerShape
 ) -> Json:
-    return document(answer["data"], answer["usage"], req.model)
+    return document(answer["data"], answer["usage"], model)
 
 
 EMBEDDINGS: Endpoint[EmbeddingRequest, Embeddings, Never] = Endpoint(
@@ -191,7 +181,7 @@ EMBEDDINGS: Endpoint[EmbeddingRequest, Embeddings, Never] = Endpoint(
     operation=OP_EMBEDDINGS,
     doc=EMBEDDINGS_DOC,
     parse=_parse_embedding,
-    prepare=_prepare_embedding,
+    prepare=_preparer(_embedding_overridden, embedding_defaults, lambda p, r, t: p.embedding(r, t)),
     reserve=estimates.embedding_reservation,
     document=_embeddings_document,
 )

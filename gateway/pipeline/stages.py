@@ -200,7 +200,7 @@ def write(proceed: Next[R, A, K]) -> Next[R, A, K]:
         answer = flow.answer
         assert answer is not None
         flow.record.use(answer.get("usage"))
-        doc = endpoint.document(answer, req, flow.id, int(time.time()), call.answer_shape)
+        doc = endpoint.document(answer, req.model, flow.id, int(time.time()), call.answer_shape)
         await flow.reply.respond(200, orjson.dumps(doc), _headers(JSON_HEADERS, call.dropped))
 
     return written
