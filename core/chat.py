@@ -35,7 +35,7 @@ from core.fields import (
     string,
     structured,
 )
-from core.wire import parse_json
+from core.wire import validated
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's
 
@@ -132,7 +132,7 @@ CROSS_CHECKS = (
 
 
 def parse_chat(body: bytes, limits: RequestLimits) -> ChatRequest:
-    return validate_chat(parse_json(body), limits)
+    return validated(body, lambda data: validate_chat(data, limits))
 
 
 def validate_chat(data: Mapping[str, Any], limits: RequestLimits) -> ChatRequest:

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from core.errors import InvalidRequest
+from core.errors import Inexact, InvalidRequest
 
 Validator = Callable[[Any, str], Any]
 
@@ -55,11 +55,24 @@ def jsonable(value: Any) -> bool:
     return True
 
 
-def integer(lo: int | None = None, hi: int | None = None) -> Validator:
+# The integers JSON carries through the gateway (orjson reads and writes these): a larger integer
+# literal is read as a float, and could not be written upstream.
+WIRE_LO, WIRE_HI = -(2**63), 2**64 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # OpenAI's and vLLM's integers (a seed, a priority)
+
+
+def integer(lo: int | None = None, hi: int | None = None, *, wire: bool = True) -> Validator:
+    """An integer in [lo, hi]; without a bound, the wire's (unless `wire` is off: a field whose
+    range each target checks, in its own words, before anything is written)."""
+    low = WIRE_LO if lo is None and wire else lo
+    high = WIRE_HI if hi is None and wire else hi
+
     def check(v: Any, name: str) -> int:
         if type(v) is not int:
+            if type(v) is float and v.is_integer() and not WIRE_LO < v <= WIRE_HI:
+                raise Inexact(bad(name, "an integer", v).message, param=name)
             raise bad(name, "an integer", v)
-        within(v, lo, hi, name)
+        within(v, low, high, name)
         return v
 
     return check
@@ -79,9 +92,14 @@ def number(lo: float | None = None, hi: float | None = None, lo_open: bool = Fal
 
 def within(v: float, lo: float | None, hi: float | None, name: str) -> None:
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        lo_s = "-inf" if lo is None else f"{lo:g}"
-        hi_s = "inf" if hi is None else f"{hi:g}"
+        lo_s = "-inf" if lo is None else shown_number(lo)
+        hi_s = "inf" if hi is None else shown_number(hi)
         raise InvalidRequest(f"'{name}' must be between {lo_s} and {hi_s}, got {v}.", param=name)
+
+
+def shown_number(v: float) -> str:
+    """A bound as written: integers exactly, other numbers short."""
+    return str(v) if type(v) is int else f"{v:g}"
 
 
 def boolean(v: Any, name: str) -> bool:

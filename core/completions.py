@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core import structured as rf
+from core.checks import INT64_MAX, INT64_MIN
 from core.errors import InvalidRequest
 from core.fields import (
     EXTENSION,
@@ -29,7 +30,7 @@ from core.fields import (
     string,
 )
 from core.fields import structured as obj
-from core.wire import parse_json
+from core.wire import validated
 
 CONTEXT = "context_length_exceeded_behavior"  # the extension's name
 CONTEXT_BEHAVIORS = ("error", "truncate")
@@ -42,7 +43,7 @@ SAMPLING = (
     obj("logit_bias", ("object",), rf.logit_bias),
     integer("n", 1, 128, default=1),
     number("presence_penalty", -2.0, 2.0, default=0),
-    integer("seed", -(2**63), 2**64 - 1),
+    integer("seed", INT64_MIN, INT64_MAX, by_target=True),  # OpenAI's and vLLM's: int64
     obj("stop", ("string", "array"), rf.stop),
     boolean("stream", default=False),
     object_of(
@@ -70,7 +71,7 @@ VLLM_EXTRAS = (
     integer("prompt_logprobs", -1, family=VLLM),
     boolean("return_token_ids", family=VLLM),
     boolean("return_tokens_as_token_ids", family=VLLM),
-    integer("truncate_prompt_tokens", -1, 2**63 - 1, family=VLLM),
+    integer("truncate_prompt_tokens", -1, INT64_MAX, family=VLLM),
     choice("truncation_side", "left", "right", family=VLLM),
     integer("min_tokens", 0, family=VLLM),
     obj("stop_token_ids", ("array",), rf.token_id_list, family=VLLM),
@@ -85,7 +86,7 @@ VLLM_EXTRAS = (
     number("length_penalty", family=VLLM),
     boolean("add_special_tokens", family=VLLM),
     obj("vllm_xargs", ("object",), rf.xargs, family=VLLM),
-    integer("priority", -(2**63), 2**63 - 1, family=VLLM),
+    integer("priority", INT64_MIN, INT64_MAX, family=VLLM),
 )
 
 COMPLETIONS = Declaration(
@@ -198,7 +199,7 @@ CROSS_CHECKS = (
 
 
 def parse_completion(body: bytes, limits: RequestLimits) -> CompletionRequest:
-    return validate_completion(parse_json(body), limits)
+    return validated(body, lambda data: validate_completion(data, limits))
 
 
 # vLLM's input `prompt_embeds` stands in for a prompt there; with neither, vLLM's wording.

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.answers import EmbeddingUsage
-from core.checks import bad, batch
+from core.checks import INT64_MAX, INT64_MIN, bad, batch
 from core.errors import InvalidRequest
 from core.fields import VLLM, Declaration, boolean, choice, integer, string, structured
-from core.wire import Json, parse_json
+from core.wire import Json, validated
 
 MAX_INPUTS = 2048  # OpenAI: "any array must be 2048 dimensions or less"
 ENCODINGS = ("float", "base64")
@@ -71,7 +71,7 @@ EMBEDDINGS = Declaration(
         choice("truncation_side", "left", "right", family=VLLM),
         boolean("add_special_tokens", family=VLLM),
         boolean("use_activation", family=VLLM),
-        integer("priority", -(2**63), 2**63 - 1, family=VLLM),
+        integer("priority", INT64_MIN, INT64_MAX, family=VLLM),
     ),
 )
 
@@ -81,7 +81,7 @@ VLLM_FIELDS = EMBEDDINGS.names(VLLM)
 
 
 def parse_embedding(body: bytes) -> EmbeddingRequest:
-    return validate_embedding(parse_json(body))
+    return validated(body, validate_embedding)
 
 
 def validate_embedding(data: Mapping[str, Any]) -> EmbeddingRequest:

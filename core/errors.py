@@ -73,6 +73,12 @@ class InvalidRequest(GatewayError):
     type = "invalid_request_error"
 
 
+class Inexact(InvalidRequest):
+    """An integer literal beyond what the fast JSON parse reads as an integer (it reads it as a
+    float): the body is parsed again exactly (`core.wire.validated`), so that the answer shows
+    the integer as it was sent."""
+
+
 class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
 

@@ -15,7 +15,7 @@ tables derive their rows for a family from here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from types import MappingProxyType
 from typing import Any
@@ -50,6 +50,8 @@ class Field:
     # Its check goes beyond its JSON types (prompt's forms, messages by role, …): an API
     # document states the types only, and the rest in words.
     structured: bool = False
+    # Its range is checked by each target's table, in the target's words, not when parsed.
+    ranged_by_target: bool = False
 
 
 def integer(
@@ -59,8 +61,14 @@ def integer(
     *,
     default: int | None = None,
     family: Family = OPENAI,
+    by_target: bool = False,
 ) -> Field:
-    return Field(name, ("integer",), checks.integer(lo, hi), lo, hi, default=default, family=family)
+    """`by_target`: the range is declared (documented, and read by the dialect tables) but
+    checked by each target's table, so that a target answers in its own words (vLLM's for a
+    seed); the parse checks only that the value is an integer."""
+    check = checks.integer(wire=False) if by_target else checks.integer(lo, hi)
+    made = Field(name, ("integer",), check, lo, hi, default=default, family=family)
+    return replace(made, ranged_by_target=True) if by_target else made
 
 
 def number(

@@ -52,12 +52,16 @@ def _part(part: Any, name: str, kinds: tuple[str, ...]) -> None:
 
 def content(v: Any, name: str, role: str) -> None:
     """A string, or a non-empty array of the parts the role may send."""
+    _parts(v, name, PARTS[role])
+
+
+def _parts(v: Any, name: str, kinds: tuple[str, ...]) -> None:
     if type(v) is str:
         return
     if type(v) is not list or not v:
         raise bad(name, "a string or a non-empty array of content parts", v)
     for i, part in enumerate(v):
-        _part(part, f"{name}[{i}]", PARTS[role])
+        _part(part, f"{name}[{i}]", kinds)
 
 
 def tool_call(v: Any, name: str) -> None:
@@ -107,15 +111,38 @@ BY_ROLE: Mapping[str, Callable[[Mapping[str, Any], str], None]] = {
 
 # A message that is only a role and its text needs no more checks (most messages are).
 PLAIN_ROLES = frozenset(("developer", "system", "user", "assistant"))
-_role = choice(*ROLES)
+openai_role = choice(*ROLES)
+# What a message in a role of a chat template's own may hold (vLLM's custom message): any part.
+ANY_PART = tuple(dict.fromkeys(p for parts in PARTS.values() for p in parts))
+
+
+def _custom(m: Mapping[str, Any], name: str) -> None:
+    """A role OpenAI does not have (Llama 3.1's `ipython`, GLM's `observation`, a template's
+    own): vLLM hands it to the chat template. Its content, when there is one, is text or parts;
+    targets that serve only OpenAI's roles refuse it (`openai_roles_only`)."""
+    if m.get("content") is not None:
+        _parts(m["content"], f"{name}.content", ANY_PART)
+    if m.get("tool_call_id") is not None:
+        string(m["tool_call_id"], f"{name}.tool_call_id")
 
 
 def message(v: Any, name: str) -> None:
     m = obj(v, name)
-    role = _role(_required(m, "role", name), f"{name}.role")
+    role = _required(m, "role", name)
+    check = BY_ROLE.get(role) if type(role) is str else None
+    if check is None and (type(role) is not str or not role):
+        openai_role(role, f"{name}.role")  # not a role at all: OpenAI's words
     if role != "function" and m.get("name") is not None:
         string(m["name"], f"{name}.name")
-    BY_ROLE[role](m, name)
+    (check or _custom)(m, name)
+
+
+def openai_roles_only(messages: list[dict[str, Any]]) -> None:
+    """OpenAI's roles only: the first message in another role is a 400 naming it, in OpenAI's
+    words (for targets that are not vLLM's, which would refuse it or misread it)."""
+    for i, item in enumerate(messages):
+        if item["role"] not in BY_ROLE:
+            openai_role(item["role"], f"messages[{i}].role")
 
 
 def messages(v: Any, name: str) -> list[Any]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from core.checks import Validator, bad, batch, boolean, choice, obj, string, token_ids
 from core.errors import InvalidRequest
 
@@ -34,14 +36,32 @@ def stop(v: Any, name: str) -> Any:
     return v
 
 
+MAX_NAMED_KEYS = 20  # the bad keys an error lists; more are counted
+
+
 def logit_bias(v: Any, name: str) -> dict[str, Any]:
+    """Token ids (as string keys) → a bias in [-100, 100]. Every key that is not a token id is
+    named, as vLLM names them."""
     obj(v, name)
+    wrong = [key for key in v if not (key.isascii() and key.isdigit())]
+    if wrong:
+        raise _not_token_ids(wrong, name)
     for key, bias in v.items():
-        if not key.isdigit():
-            raise bad(f"{name}.{key}", "a token id as a string key", key)
         if type(bias) not in (int, float) or not -100 <= bias <= 100:
             raise bad(f"{name}.{key}", "a number between -100 and 100", bias)
     return v  # type: ignore[no-any-return]
+
+
+def _not_token_ids(keys: list[str], name: str) -> InvalidRequest:
+    if len(keys) == 1:
+        return bad(f"{name}.{keys[0]}", "a token id as a string key", keys[0])
+    shown = ", ".join(orjson.dumps(k[:40]).decode() for k in keys[:MAX_NAMED_KEYS])
+    more = f" and {len(keys) - MAX_NAMED_KEYS} more" if len(keys) > MAX_NAMED_KEYS else ""
+    return InvalidRequest(
+        f"Invalid value for '{name}': its keys must be token ids as strings; {len(keys)} are "
+        f"not: {shown}{more}.",
+        param=name,
+    )
 
 
 def chat_response_format(v: Any, name: str) -> dict[str, Any]:

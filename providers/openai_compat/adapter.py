@@ -159,9 +159,9 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         body = applied.body
         body["max_tokens"] = request.max_tokens  # explicit: Fireworks' default is not OpenAI's 16
         best_of = _emulate_best_of(request, applied.emulated, body)
-        behavior = request.fields.get(CONTEXT, "error")
+        behavior = request.fields.get(CONTEXT)
         truncate = CONTEXT in applied.emulated and behavior == "truncate"
-        check_context = self._guard is not None and behavior == "error"
+        check_context = self._guard is not None and behavior == "error"  # asked: vLLM's own else
         stops = request.stop if spec.stop_may_be_included else ()
         want_logprobs = request.logprobs is not None
         continuous = bool(body.get("stream_options", {}).get("continuous_usage_stats"))
@@ -184,7 +184,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         spec = self.spec
         applied = self._mapped(self._chat_rules, spec.chat_checks, request, target, CHAT_SELF_SET)
         body = applied.body
-        behavior = request.fields.get(CONTEXT, "error")
+        behavior = request.fields.get(CONTEXT)
         bounded = request.max_tokens is not None  # without a bound the upstream fits the window
         truncate = CONTEXT in applied.emulated and behavior == "truncate" and bounded
         check_context = self._guard is not None and behavior == "error" and bounded

@@ -1,7 +1,8 @@
 """OpenAI's context-length check, for upstreams that clamp instead of failing.
 
 vLLM's server lowers `max_tokens` to what its window leaves, silently, where OpenAI answers 400
-`context_length_exceeded`. For the "error" behaviour (OpenAI's default) the gateway checks first,
+`context_length_exceeded`. Unasked, the gateway serves as vLLM does; when the "error" behaviour
+is asked for (OpenAI's), the gateway checks first,
 with the server's own numbers: the window from `GET <base_url>/models` (`max_model_len`, fetched
 once per model) and the prompt's token count from `POST /tokenize` at the server root.
 

@@ -7,6 +7,8 @@ of OpenAI's audio or storage fields; vLLM's server serves its extras; any other 
 server gets what it is sent (such servers ignore what they do not know).
 `context_length_exceeded_behavior` is served as for completions: sent to Fireworks, "truncate"
 emulated by a retry elsewhere, and "error" checked first on vLLM's server, which clamps.
+Messages in roles OpenAI does not have (a chat template's own) go to vLLM and to other
+OpenAI-compatible servers; OpenAI and Fireworks refuse them, naming the message.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from core.chat import CHAT, VLLM_FIELDS
 from core.completions import CONTEXT
 from core.errors import UnsupportedParameter
 from core.fields import EXTENSION, OPENAI
+from core.messages import openai_roles_only
 from providers.rules.openai import CONTINUOUS, usage_always
 from providers.rules.params import EMULATE, UNKNOWN, Action, FieldRule, convert, derive, passes
-from providers.rules.vllm import response_format_for_vllm, top_p_nonzero
+from providers.rules.vllm import SEED, response_format_for_vllm, top_p_nonzero
 
 # OpenAI's fields that only OpenAI serves: the others refuse them rather than ignore them.
 OPENAI_ONLY = (
@@ -64,6 +67,12 @@ def grammar_for_vllm(value: Any) -> Mapping[str, Any]:
     return response_format_for_vllm(value)
 
 
+def openai_roles(value: Any) -> Mapping[str, Any]:
+    """OpenAI and Fireworks know only OpenAI's roles; vLLM takes any (a template's own)."""
+    openai_roles_only(value)
+    return {"messages": value}
+
+
 def _refuse(names: tuple[str, ...], note: str) -> dict[str, FieldRule]:
     return {name: FieldRule(Action.REJECT, note=note) for name in names}
 
@@ -71,6 +80,7 @@ def _refuse(names: tuple[str, ...], note: str) -> dict[str, FieldRule]:
 OPENAI_RULES: Mapping[str, FieldRule] = MappingProxyType(
     {
         **{name: passes(*RANGES.get(name, (None, None))) for name in CHAT.names(OPENAI)},
+        "messages": convert(openai_roles),
         "stream_options": convert(usage_always, "always include_usage upstream"),
         "response_format": convert(for_openai, "json_object+schema → json_schema"),
         CONTINUOUS: FieldRule(Action.REJECT, note="OpenAI's streams have no per-chunk usage"),
@@ -103,6 +113,8 @@ FIREWORKS_RULES = derive(
 VLLM_RULES = derive(
     OPENAI_RULES,
     top_p=convert(top_p_nonzero, "0 becomes 1e-9: vLLM rejects top_p=0"),
+    messages=passes(),  # any role: vLLM hands it to the chat template
+    seed=SEED,
     top_k=passes(-1),
     min_p=passes(0.0, 1.0),
     repetition_penalty=passes(),
@@ -117,6 +129,7 @@ VLLM_RULES = derive(
 
 GENERIC_RULES = derive(
     OPENAI_RULES,
+    messages=passes(),  # any role, as any other field: the server says what it serves
     response_format=passes(),
     top_k=passes(),
     min_p=passes(0.0, 1.0),

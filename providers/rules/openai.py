@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from core.checks import INT64_MAX, INT64_MIN
 from core.completions import VLLM_FIELDS
 from providers.rules.params import EMULATE, UNKNOWN, Action, FieldRule, convert, passes
 
@@ -42,7 +43,7 @@ RULES: Mapping[str, FieldRule] = MappingProxyType(
         "max_tokens": passes(0),
         "n": passes(1, 128),
         "presence_penalty": passes(-2.0, 2.0),
-        "seed": passes(),
+        "seed": passes(INT64_MIN, INT64_MAX),  # checked here, not when parsed: core.completions
         "stop": passes(),
         "stream": passes(),
         "stream_options": convert(usage_always, "always include_usage upstream"),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from core.checks import shown_number
 from core.completions import SUB_FIELDS
 from core.errors import InvalidRequest, UnsupportedParameter
 from core.provider import Policy
@@ -48,13 +49,20 @@ class FieldRule:
     hi: float | None = None
     convert: Callable[[Any], Mapping[str, Any]] | None = None  # value → fields to send
     note: str = ""
+    # A value outside [lo, hi] in the upstream's own words (name, value, lo, hi → the 400);
+    # without it, the gateway's (the range that target accepts).
+    outside: Callable[[str, Any, float | None, float | None], InvalidRequest] | None = None
 
     def with_range(self, lo: float | None, hi: float | None) -> FieldRule:
         return replace(self, lo=lo, hi=hi)
 
 
-def passes(lo: float | None = None, hi: float | None = None) -> FieldRule:
-    return FieldRule(Action.PASS, lo=lo, hi=hi)
+def passes(
+    lo: float | None = None,
+    hi: float | None = None,
+    outside: Callable[[str, Any, float | None, float | None], InvalidRequest] | None = None,
+) -> FieldRule:
+    return FieldRule(Action.PASS, lo=lo, hi=hi, outside=outside)
 
 
 def rename(to: str) -> FieldRule:
@@ -159,6 +167,8 @@ def _check_range(rule: FieldRule, name: str, value: Any, target: str) -> None:
     if type(value) not in (int, float):
         return
     if (rule.lo is not None and value < rule.lo) or (rule.hi is not None and value > rule.hi):
+        if rule.outside is not None:
+            raise rule.outside(name, value, rule.lo, rule.hi)
         bounds = f"[{_fmt(rule.lo, '-inf')}, {_fmt(rule.hi, 'inf')}]"
         raise InvalidRequest(
             f"'{name}'={value} is outside the range {bounds} that target '{target}' accepts.",
@@ -168,4 +178,4 @@ def _check_range(rule: FieldRule, name: str, value: Any, target: str) -> None:
 
 
 def _fmt(v: float | None, unbounded: str) -> str:
-    return unbounded if v is None else f"{v:g}"
+    return unbounded if v is None else shown_number(v)

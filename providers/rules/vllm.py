@@ -2,7 +2,9 @@
 
 It accepts its own extras (`min_tokens`, `structured_outputs`, …), so unknown fields pass.
 Current servers lower `max_tokens` to fit the context window instead of failing: that is the
-"truncate" behaviour already, and "error" (OpenAI's default) is checked by the gateway first.
+"truncate" behaviour already, and what a request without `context_length_exceeded_behavior`
+gets, as from vLLM itself; "error" (OpenAI's), when asked, is checked by the gateway first. Its
+seed is an int64, refused outside that range in vLLM's words.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from core.checks import INT64_MAX, INT64_MIN, shown_number
 from core.completions import VLLM_FIELDS
+from core.errors import InvalidRequest
 from providers.rules.openai import CONTINUOUS
 from providers.rules.openai import RULES as OPENAI
 from providers.rules.params import EMULATE, UNKNOWN, Action, FieldRule, convert, derive, passes
@@ -34,12 +38,28 @@ def response_format_for_vllm(value: Any) -> Mapping[str, Any]:
     return {"response_format": value}
 
 
+def pydantic_bounds(name: str, value: Any, lo: float | None, hi: float | None) -> InvalidRequest:
+    """A bound vLLM's request model declares (pydantic's `ge`/`le`), in vLLM's words: the check's
+    type and message as vLLM's server answers them."""
+    if lo is not None and value < lo:
+        kind, words = "greater_than_equal", f"greater than or equal to {shown_number(lo)}"
+    else:
+        kind, words = "less_than_equal", f"less than or equal to {shown_number(hi or 0)}"
+    return InvalidRequest(
+        f"Invalid value for '{name}' ({kind}): Input should be {words}, got {value}.", param=name
+    )
+
+
+# vLLM's seed: an int64 (`ge`/`le` on its request model).
+SEED = passes(INT64_MIN, INT64_MAX, pydantic_bounds)
+
 RULES: Mapping[str, FieldRule] = MappingProxyType(
     derive(
         OPENAI,
         best_of=EMULATE,  # removed from current vLLM (silently ignored there)
         suffix=FieldRule(Action.REJECT, note="vLLM does not support suffix"),
         top_p=convert(top_p_nonzero, "0 becomes 1e-9: vLLM rejects top_p=0"),
+        seed=SEED,
         top_k=passes(-1),
         min_p=passes(0.0, 1.0),
         repetition_penalty=passes(),

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from core.answers import ChatChunk, ChatCompletion, Choice, Chunk, Completion, Embeddings
 from core.chat import ChatRequest
-from core.completions import CONTEXT, CompletionRequest
+from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import GatewayError, InvalidRequest, ServiceUnavailable, UpstreamTimeout
 from core.messages import first_media_part, text_only
@@ -43,6 +43,7 @@ from providers.vllm_engine.sampling import Generation, sampling_kwargs
 from providers.vllm_engine.settings import parse_settings
 from providers.vllm_engine.shared import EngineCore, slot_of
 from providers.vllm_engine.submit import EngineCompletion
+from providers.vllm_engine.window import overflow
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
@@ -159,8 +160,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
             {**body, "logprobs": request.logprobs, "max_tokens": request.max_tokens},
             continuous_usage=request.continuous_usage,
         )
-        truncate = request.fields.get(CONTEXT) == "truncate"
-        plan = EngineCompletion(body, fan, shape, truncate, beam, request)
+        plan = EngineCompletion(body, fan, shape, overflow(request.fields), beam, request)
         return Prepared(target, applied.dropped, plan)
 
     def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[EngineChat]:

@@ -33,7 +33,7 @@ from providers.vllm_engine.mirostat import EXTRA_ARGS_KEYS
 from providers.vllm_engine.sampling import Generation, build, sampling_kwargs
 from providers.vllm_engine.settings import EngineSettings
 from providers.vllm_engine.submit import truncation
-from providers.vllm_engine.window import fit_chat
+from providers.vllm_engine.window import Overflow, fit_chat, overflow
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
@@ -53,7 +53,7 @@ class EngineChat:
     vllm_fields: Mapping[str, Any]  # what vLLM's ChatCompletionRequest is built from
     sampling: Mapping[str, Any]  # the fields `sampling.sampling_kwargs` reads
     fan: Fanout
-    truncate: bool  # context_length_exceeded_behavior "truncate"
+    overflow: Overflow  # context_length_exceeded_behavior, vLLM's own when unset
     beam: bool
     request: ChatRequest  # as validated
     vllm_request: Any = None  # vLLM's request, when the engine was up at prepare time
@@ -73,7 +73,7 @@ def plan(body: Mapping[str, Any], request: ChatRequest, max_logprobs: int) -> En
         vllm_fields(body, request),
         sampled,
         fan,
-        request.fields.get(CONTEXT) == "truncate",
+        overflow(request.fields),
         beam,
         request,
     )
@@ -348,8 +348,13 @@ async def start(
         vreq = front.request(plan.vllm_fields)
     conversation, engine_input = await front.render(vreq)
     window = llm.model_config.max_model_len
+    bound = (
+        "max_completion_tokens"
+        if "max_completion_tokens" in plan.request.fields
+        else ("max_tokens")
+    )
     budget = fit_chat(
-        len(engine_input["prompt_token_ids"]), plan.request.max_tokens, window, plan.truncate
+        len(engine_input["prompt_token_ids"]), plan.request.max_tokens, window, plan.overflow, bound
     )
     if plan.beam:
         kwargs = beams.beam_kwargs(

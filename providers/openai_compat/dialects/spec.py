@@ -28,8 +28,9 @@ class DialectSpec:
     # `context_length_exceeded_behavior` is always sent.
     needs_explicit_context_behavior: bool = False
     # The upstream silently lowers max_tokens to what its context window leaves (vLLM's server
-    # does) instead of failing: OpenAI's "error" behaviour needs the gateway to count the
-    # prompt itself, with the server's /tokenize (context.py).
+    # does) instead of failing. That is served as it is unless the caller asks for OpenAI's
+    # "error", which needs the gateway to count the prompt itself, with the server's /tokenize
+    # (context_guard.py).
     clamps_max_tokens: bool = False
     # The upstream's own rules between fields, checked before the request is sent (vLLM's, for
     # its server): a 400 naming the field instead of the upstream's answer.

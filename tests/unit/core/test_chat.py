@@ -58,6 +58,12 @@ GOOD: list[dict[str, Any]] = [
     {"metadata": {"team": "a"}, "store": False, "user": "u", "seed": 3},
     {"chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": True},
     {"documents": [{"title": "t", "text": "x"}], "top_k": 5, "min_p": 0.1},
+    # Roles of a chat template's own (vLLM serves them; OpenAI's tables refuse them).
+    {"messages": [{"role": "ipython", "content": "42"}, {"role": "observation", "content": ""}]},
+    {"messages": [USER, {"role": "ipython", "content": [{"type": "text", "text": "4"}]}]},
+    {"messages": [{"role": "observation", "name": "tool", "tool_call_id": "c1"}]},
+    {"seed": -(2**63) - 1},  # each target checks a seed's range, in its own words
+    {"seed": 2**70},
 ]
 
 
@@ -72,7 +78,14 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"messages": "hi"}, "messages"),
     ({"messages": [3]}, "messages[0]"),
     ({"messages": [{"content": "x"}]}, "messages[0].role"),
-    ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": 7, "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "ipython", "content": 3}]}, "messages[0].content"),
+    (
+        {"messages": [{"role": "ipython", "content": [{"type": "x"}]}]},
+        "messages[0].content[0].type",
+    ),
+    ({"messages": [{"role": "ipython", "content": "x", "name": 1}]}, "messages[0].name"),
     ({"messages": [{"role": "user"}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": []}]}, "messages[0].content"),

@@ -46,6 +46,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"presence_penalty": -2.01}, "presence_penalty"),
     ({"logit_bias": {"12": 101}}, "logit_bias.12"),
     ({"logit_bias": {"abc": 1}}, "logit_bias.abc"),
+    ({"logit_bias": {"1": 1, "a": 1, "b": 2}}, "logit_bias"),  # several: named together
+    ({"logit_bias": {"²": 1}}, "logit_bias.²"),  # a digit to Python, not an integer
     ({"logit_bias": [1]}, "logit_bias"),
     ({"logprobs": -2}, "logprobs"),
     ({"logprobs": True}, "logprobs"),
@@ -311,3 +313,19 @@ def test_every_openai_field_is_in_the_table() -> None:
 def test_one_parse_of_the_body() -> None:
     req = parse_completion(orjson.dumps({**BASE, "n": 2}), LIMITS)
     assert req.n == 2
+
+
+def test_every_bad_logit_bias_key_is_named() -> None:
+    """As vLLM names them: each key that is not a token id, not only the first."""
+    bias = {"1": 1, "a": 1, "-2": 1, "b c": 1, "7": 1}
+    with pytest.raises(InvalidRequest) as caught:
+        parse(logit_bias=bias)
+    assert caught.value.param == "logit_bias"
+    assert caught.value.message == (
+        "Invalid value for 'logit_bias': its keys must be token ids as strings; 3 are not: "
+        '"a", "-2", "b c".'
+    )
+    many = {f"k{i}": 1 for i in range(25)}
+    with pytest.raises(InvalidRequest) as caught:
+        parse(logit_bias=many)
+    assert '"k19" and 5 more.' in caught.value.message and '"k20"' not in caught.value.message

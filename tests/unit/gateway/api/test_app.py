@@ -427,7 +427,7 @@ async def test_chat_errors_name_the_field(setup: Any) -> None:
     cases = [
         ({"model": "m"}, "messages"),
         ({"model": "m", "messages": []}, "messages"),
-        ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"model": "m", "messages": [{"role": 7, "content": "x"}]}, "messages[0].role"),
         ({"model": "m", "messages": HELLO, "top_logprobs": 2}, "top_logprobs"),
         ({"model": "m", "messages": HELLO, "temperature": 3}, "temperature"),
         ({"model": "m", "messages": HELLO, "tool_choice": "required"}, "tool_choice"),

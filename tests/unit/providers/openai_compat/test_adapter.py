@@ -295,17 +295,21 @@ OK_ANSWER = {"choices": [{"index": 0, "text": "ok", "finish_reason": "length"}],
 async def test_context_check_counts_only_prompts_that_may_not_fit(
     upstream: Upstream, make: Factory
 ) -> None:
-    """vLLM clamps max_tokens instead of failing: for "error" the adapter checks first."""
+    """vLLM clamps max_tokens instead of failing: for "error", when asked, the adapter checks
+    first; unasked, vLLM's own clamp serves."""
     p = await make("vllm-server")
     upstream.max_model_len = 100
     long_prompt = "word " * 20  # 100 characters: cannot be proven to fit without counting
     upstream.token_counts[long_prompt] = 85
-    upstream.script += [reply(200, OK_ANSWER), reply(200, OK_ANSWER)]
-    await p.complete(prepare(p, max_tokens=50))  # "hi": 2 bytes + 50 surely fit, not counted
-    await p.complete(prepare(p, prompt=long_prompt, max_tokens=15))  # 85 + 15 fit exactly
+    upstream.script += [reply(200, OK_ANSWER) for _ in range(3)]
+    await p.complete(prepare(p, prompt=long_prompt, max_tokens=16))  # unasked: not counted
+    assert upstream.extra_calls == []
+    error: dict[str, Any] = {"context_length_exceeded_behavior": "error"}
+    await p.complete(prepare(p, max_tokens=50, **error))  # "hi": 2 bytes + 50 surely fit
+    await p.complete(prepare(p, prompt=long_prompt, max_tokens=15, **error))  # 85 + 15 fit
     assert upstream.extra_calls == ["models", f"tokenize {long_prompt}"]  # the window: once
     with pytest.raises(ContextLengthExceeded) as exc:
-        await p.complete(prepare(p, prompt=long_prompt, max_tokens=16))
+        await p.complete(prepare(p, prompt=long_prompt, max_tokens=16, **error))
     assert exc.value.message == (
         "This model's maximum context length is 100 tokens, however you requested 101 tokens "
         "(85 in your prompt; 16 for the completion). Please reduce your prompt; or completion "
@@ -313,9 +317,10 @@ async def test_context_check_counts_only_prompts_that_may_not_fit(
     )
     assert (exc.value.status, exc.value.param) == (400, "prompt")
     with pytest.raises(ContextLengthExceeded) as exc:  # token ids are counted as they are
-        await collect(p, prepare(p, prompt=[[1] * 10, [2] * 95], max_tokens=6, stream=True))
+        prompt = [[1] * 10, [2] * 95]
+        await collect(p, prepare(p, prompt=prompt, max_tokens=6, stream=True, **error))
     assert "(95 in your prompt 1; 6 for the completion)" in exc.value.message
-    assert len(upstream.bodies) == 2  # nothing over the window reached the upstream
+    assert len(upstream.bodies) == 3  # nothing over the window reached the upstream
 
 
 async def test_context_check_not_for_truncate_nor_without_a_window(

@@ -164,8 +164,10 @@ def test_context_behaviour_by_dialect() -> None:
         plan = prepared(tag, max_tokens=10, **truncate)
         assert "context_length_exceeded_behavior" not in plan.body and plan.truncate
         assert not prepared(tag, **truncate).truncate  # nothing to lower without a bound
-    assert prepared("vllm-server", max_tokens=10).check_context  # it clamps: counted first
-    assert not prepared("vllm-server").check_context
+    error = {"context_length_exceeded_behavior": "error"}
+    assert prepared("vllm-server", max_tokens=10, **error).check_context  # it clamps: counted
+    assert not prepared("vllm-server", **error).check_context  # no bound: nothing to count
+    assert not prepared("vllm-server", max_tokens=10).check_context  # unasked: vLLM's clamp
     assert not prepared("openai", max_tokens=10).check_context
 
 

@@ -22,7 +22,7 @@ from providers.vllm_engine.fanout import Fanout, fanout, mean_logprob, select
 from providers.vllm_engine.mirostat import LOGITS_PROCESSOR
 from providers.vllm_engine.settings import EngineSettings
 from providers.vllm_engine.shared import Slot
-from providers.vllm_engine.window import fit
+from providers.vllm_engine.window import Overflow, fit, fit_chat
 
 SETTINGS = EngineSettings("./models/tiny", {"max_model_len": 64})
 
@@ -30,13 +30,13 @@ SETTINGS = EngineSettings("./models/tiny", {"max_model_len": 64})
 
 
 def test_fit_keeps_max_tokens_that_fit() -> None:
-    assert fit([10, 50], 14, 64, truncate=False) == [14, 14]
-    assert fit([10], 54, 64, truncate=False) == [54]  # exactly the window
+    assert fit([10, 50], 14, 64, how="error") == [14, 14]
+    assert fit([10], 54, 64, how="error") == [54]  # exactly the window
 
 
 def test_fit_error_names_both_numbers() -> None:
     with pytest.raises(ContextLengthExceeded) as caught:
-        fit([60], 16, 64, truncate=False)
+        fit([60], 16, 64, how="error")
     err = caught.value
     assert err.param == "prompt" and err.code == "context_length_exceeded"
     assert "maximum context length is 64 tokens" in err.message
@@ -44,21 +44,42 @@ def test_fit_error_names_both_numbers() -> None:
 
 
 def test_fit_truncate_lowers_max_tokens_per_prompt() -> None:
-    assert fit([60, 10, 63], 16, 64, truncate=True) == [4, 16, 1]
+    assert fit([60, 10, 63], 16, 64, how="truncate") == [4, 16, 1]
 
 
-@pytest.mark.parametrize("truncate", [False, True])
-def test_a_prompt_that_fills_the_window_is_an_error_either_way(truncate: bool) -> None:
+@pytest.mark.parametrize("how", ["error", "truncate", "vllm"])
+def test_a_prompt_that_fills_the_window_is_an_error_either_way(how: Overflow) -> None:
     for length in (64, 100):
         with pytest.raises(ContextLengthExceeded) as caught:
-            fit([5, length], 8, 64, truncate=truncate)
+            fit([5, length], 8, 64, how)
         assert f"({length} in your prompt 1;" in caught.value.message
 
 
-def test_echo_with_max_tokens_zero_needs_room_for_the_engines_one_token() -> None:
-    assert fit([63], 0, 64, truncate=False) == [0]
+def test_unasked_the_room_left_is_vllms_own() -> None:
+    """vLLM lowers a bound larger than the room left, and refuses one larger than the window
+    (in its words, naming the bound)."""
+    assert fit([60, 10, 63], 16, 64, "vllm") == [4, 16, 1]
+    assert fit_chat(60, 16, 64, "vllm", "max_completion_tokens") == 4
+    assert fit_chat(60, None, 64, "vllm", "max_tokens") == 4
+    with pytest.raises(InvalidRequest) as caught:
+        fit_chat(10, 65, 64, "vllm", "max_completion_tokens")
+    assert (caught.value.param, caught.value.message) == (
+        "max_completion_tokens",
+        "max_completion_tokens=65 cannot be greater than max_model_len=64. Please request "
+        "fewer output tokens.",
+    )
+    assert not isinstance(caught.value, ContextLengthExceeded)
+    with pytest.raises(InvalidRequest) as caught:
+        fit([1], 65, 64, "vllm")
+    assert caught.value.param == "max_tokens"
     with pytest.raises(ContextLengthExceeded):
-        fit([64], 0, 64, truncate=False)
+        fit_chat(60, 16, 64, "error", "max_tokens")
+
+
+def test_echo_with_max_tokens_zero_needs_room_for_the_engines_one_token() -> None:
+    assert fit([63], 0, 64, how="error") == [0]
+    with pytest.raises(ContextLengthExceeded):
+        fit([64], 0, 64, how="error")
 
 
 # ---------------------------------------------------------------- fan-out
