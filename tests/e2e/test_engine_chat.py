@@ -53,6 +53,7 @@ from tests.e2e.chat_vllm import (
     streamed_calls,
 )
 from tests.e2e.vllm_stack import (
+    ASK_ERROR,
     METERED_KEY,
     METERED_TPM,
     MODEL,
@@ -582,10 +583,11 @@ def test_context_overflow_is_openais_chat_error(
     messages, prompt = long_messages(direct, 160)
     room = WINDOW - prompt
     assert 0 < room < 100
-    # vLLM lowers max_tokens silently; OpenAI's default is an error, which the engine keeps.
+    # vLLM lowers max_tokens silently (and so does the engine, unasked: test_vllm_shape);
+    # OpenAI's error, when asked for, is the engine's.
     assert counts(chat(direct, messages=messages, max_tokens=100, temperature=0))[1] <= room
     with pytest.raises(openai.BadRequestError) as caught:
-        chat(engine, messages=messages, max_tokens=100)
+        chat(engine, messages=messages, max_tokens=100, extra_body=ASK_ERROR)
     err = caught.value
     assert (err.code, err.param) == ("context_length_exceeded", "messages")
     assert err.message.endswith(

@@ -28,6 +28,7 @@ from tests.e2e.support import (
     FULL_KEY,
     FW,
     FW_TRUNC,
+    GENERIC,
     OA,
     OA_THEN_FW,
     OA_TRUNC,
@@ -570,7 +571,7 @@ TOOL_MSG_WITHOUT_ID: list[Any] = [*MESSAGES, {"role": "tool", "content": "x"}]
 BAD: list[tuple[Json, str]] = [
     ({"messages": []}, "messages"),
     ({"messages": "hello"}, "messages"),
-    ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
+    ({"messages": [{"role": 7, "content": "hi"}]}, "messages[0].role"),
     ({"messages": [{"role": "user"}]}, "messages[0].content"),
     ({"messages": TOOL_MSG_WITHOUT_ID}, "messages[2].tool_call_id"),
     ({"temperature": 3}, "temperature"),
@@ -598,6 +599,27 @@ def test_bad_input_is_a_400_before_any_upstream_call(
     error = resp.json()["error"]
     assert (error["type"], error["param"]) == ("invalid_request_error", param)
     assert env.openai.requests() == [] and env.fireworks.requests() == []
+
+
+@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+def test_a_role_of_a_templates_own_goes_only_where_templates_take_it(env: Env, alias: str) -> None:
+    """OpenAI and Fireworks know only OpenAI's roles: refused before any call, naming the
+    message. Another OpenAI-compatible server gets it, as it gets any field (vLLM's paths too:
+    tests/e2e/test_vllm_shape.py)."""
+    env.openai.reset()
+    env.fireworks.reset()
+    messages = [*MESSAGES, {"role": "ipython", "content": "42"}]
+    resp = env.http.post(
+        "/v1/chat/completions", json={"model": alias, "messages": messages}, headers=auth()
+    )
+    sent = env.upstream(alias).requests()
+    if alias == GENERIC:
+        assert [r["body"]["messages"] for r in sent] == [messages]
+        return
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == f"messages[{len(MESSAGES)}].role" and '"ipython"' in error["message"]
+    assert sent == []
 
 
 def test_missing_messages(env: Env, sdk: openai.OpenAI) -> None:

@@ -32,7 +32,7 @@ from tests.e2e.chat_vllm import (
     streamed,
     streamed_calls,
 )
-from tests.e2e.vllm_stack import MODEL, WINDOW, Stack
+from tests.e2e.vllm_stack import ASK_ERROR, MODEL, WINDOW, Stack
 from tests.vllm_proc import require_vllm
 
 require_vllm()
@@ -113,7 +113,7 @@ def test_parse_with_a_pydantic_model(server: openai.OpenAI) -> None:
 
 
 def test_the_gateway_refuses_before_the_call(server: openai.OpenAI) -> None:
-    assert refusal(lambda: chat(server, messages=[{"role": "robot", "content": "x"}]))[:2] == (
+    assert refusal(lambda: chat(server, messages=[{"role": 7, "content": "x"}]))[:2] == (
         400,
         "messages[0].role",
     )
@@ -131,11 +131,12 @@ def test_the_gateway_refuses_before_the_call(server: openai.OpenAI) -> None:
 def test_context_overflow_is_openai_s_error_and_truncate_vllm_s(
     server: openai.OpenAI, direct: openai.OpenAI
 ) -> None:
-    """vLLM's server fits max_tokens into its window silently; the gateway counts the rendered
-    prompt with the server's /tokenize first, so OpenAI's default ("error") holds."""
+    """vLLM's server fits max_tokens into its window silently (what the gateway serves unasked:
+    test_vllm_shape); when OpenAI's "error" is asked for, the gateway counts the rendered
+    prompt with the server's /tokenize first."""
     messages, prompt = long_messages(direct, 160)
     with pytest.raises(openai.BadRequestError) as caught:
-        chat(server, messages=messages, max_tokens=100)
+        chat(server, messages=messages, max_tokens=100, extra_body=ASK_ERROR)
     err = caught.value
     assert (err.code, err.param) == ("context_length_exceeded", "messages")
     assert f"({prompt} in the messages, 100 in the completion)" in err.message

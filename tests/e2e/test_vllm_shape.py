@@ -19,7 +19,8 @@ import httpx
 import orjson
 import pytest
 
-from tests.e2e.vllm_stack import MODEL, PATHS, VIRTUAL_KEY, Stack
+from core.checks import INT64_MAX, INT64_MIN
+from tests.e2e.vllm_stack import ASK_ERROR, MODEL, PATHS, VIRTUAL_KEY, WINDOW, Stack
 from tests.vllm_proc import require_vllm
 
 require_vllm()
@@ -81,6 +82,17 @@ CHATS: dict[str, dict[str, Any]] = {
         "messages": [*MESSAGES, {"role": "assistant", "content": "Once"}],
         "add_generation_prompt": False,
     },
+    # Roles of a chat template's own (Llama 3.1's `ipython`, GLM's `observation`): vLLM hands
+    # them to the template.
+    "custom-roles": {
+        "messages": [
+            *MESSAGES,
+            {"role": "ipython", "content": "42"},
+            {"role": "observation", "content": [{"type": "text", "text": "sunny"}]},
+        ]
+    },
+    "seed-int64-max": {"temperature": 1.0, "seed": INT64_MAX},
+    "seed-int64-min": {"temperature": 1.0, "seed": INT64_MIN},
 }
 STREAMS: dict[str, dict[str, Any]] = {
     "plain": {},
@@ -289,3 +301,131 @@ def test_a_provider_may_answer_in_openais_shape(http: httpx.Client, vllm_stack: 
                     headers)  # fmt: skip
     assert all(set(c["choices"][0]) <= {"text", "index", "logprobs", "finish_reason"}
                for c in chunks if c["choices"])  # fmt: skip
+
+
+# ---------------------------------------------------------------- vLLM's chat tests' differences
+# What vLLM's own chat tests (and its users) met where the gateway answered otherwise than
+# `vllm serve`: each compared here with vLLM's server on the same model, on both paths.
+
+BOTH = [COMPLETION, CHAT]
+
+
+def refusals(
+    http: httpx.Client, stack: Stack, path: str, endpoint: str, body: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The gateway's 400 on `path` and vLLM's server's, to the same request: their errors."""
+    ours = http.post(f"{stack.gateway.url}/v1{endpoint}", json=body, headers=stack.headers(path))
+    theirs = http.post(f"{stack.server.url}{endpoint}", json=body)
+    assert (ours.status_code, theirs.status_code) == (400, 400), (ours.text, theirs.text)
+    mine: dict[str, Any] = ours.json()["error"]
+    vllms: dict[str, Any] = theirs.json()["error"]
+    return mine, vllms
+
+
+@pytest.mark.parametrize("endpoint", BOTH)
+@pytest.mark.parametrize(
+    ("seed", "kind"),
+    [(INT64_MIN - 1, "greater_than_equal"), (INT64_MAX + 1, "less_than_equal"), (2**70, "")],
+    ids=["below-int64", "above-int64", "above-uint64"],
+)
+def test_an_out_of_range_seed_is_an_integer_refused_in_vllms_words(
+    http: httpx.Client, vllm_stack: Stack, path: str, endpoint: str, seed: int, kind: str
+) -> None:
+    """An integer beyond int64 stays an integer (not a float, as a JSON parser into doubles
+    reads it), and the 400 names `seed`, with vLLM's check and bound."""
+    body = {**BODIES[endpoint], "max_tokens": 2, "seed": seed}
+    mine, vllms = refusals(http, vllm_stack, path, endpoint, body)
+    assert (mine["param"], vllms["param"]) == ("seed", "body.seed")
+    kind = kind or "less_than_equal"
+    bound = INT64_MIN if seed < 0 else INT64_MAX
+    words = re.search(r"'msg': '([^']*)'", vllms["message"])
+    assert words is not None and str(bound) in words[1], vllms["message"]
+    assert kind in vllms["message"] and f"'input': '{seed}'" in vllms["message"]
+    assert mine["message"] == (f"Invalid value for 'seed' ({kind}): {words[1]}, got {seed}.")
+
+
+@pytest.mark.parametrize("endpoint", BOTH)
+def test_every_bad_logit_bias_key_is_named(
+    http: httpx.Client, vllm_stack: Stack, path: str, endpoint: str
+) -> None:
+    body = {**BODIES[endpoint], "max_tokens": 2, "logit_bias": {"a": 1, "1": 2, "b c": 3}}
+    mine, vllms = refusals(http, vllm_stack, path, endpoint, body)
+    assert mine["param"] == vllms["param"] == "logit_bias"
+    assert "['a', 'b c']" in vllms["message"]
+    assert mine["message"].endswith('2 are not: "a", "b c".'), mine["message"]
+
+
+def long_body(http: httpx.Client, stack: Stack, endpoint: str) -> tuple[dict[str, Any], int]:
+    """A request whose prompt leaves a little room in the window, and the room it leaves (vLLM's
+    server's own count of the prompt, rendered for chat)."""
+    text = "hello world " * 160
+    body = {**BODIES[endpoint], "temperature": 0, "ignore_eos": True}
+    if endpoint == CHAT:
+        body["messages"] = [{"role": "user", "content": text}]
+    else:
+        body["prompt"] = text
+    probe = post(http, f"{stack.server.url}{endpoint}", {**body, "max_tokens": 1}, {})
+    room = WINDOW - probe["usage"]["prompt_tokens"]
+    assert 0 < room < 100
+    return body, room
+
+
+BOUNDS = [(COMPLETION, "max_tokens"), (CHAT, "max_tokens"), (CHAT, "max_completion_tokens")]
+
+
+@pytest.mark.parametrize(("endpoint", "bound"), BOUNDS)
+def test_a_bound_past_the_room_left_is_lowered_as_vllm_lowers_it(
+    http: httpx.Client, vllm_stack: Stack, path: str, endpoint: str, bound: str
+) -> None:
+    """Unasked, vLLM's paths serve as vLLM does: the bound lowered to the room the prompt
+    leaves. OpenAI's error when it is asked for; a bound past the whole window refused as vLLM
+    refuses it."""
+    body, room = long_body(http, vllm_stack, endpoint)
+    lowered = {**body, bound: room + 50}
+    ours, theirs = both(http, vllm_stack, path, endpoint, lowered)
+    same(ours, theirs, path)
+    assert ours["usage"]["completion_tokens"] == room
+    mine = http.post(
+        f"{vllm_stack.gateway.url}/v1{endpoint}",
+        json={**lowered, **ASK_ERROR},
+        headers=vllm_stack.headers(path),
+    )
+    assert mine.status_code == 400 and mine.json()["error"]["code"] == "context_length_exceeded"
+    mine_err, vllms = refusals(http, vllm_stack, path, endpoint, {**body, bound: WINDOW + 1})
+    assert mine_err["param"] == vllms["param"] == bound
+    words = f"{bound}={WINDOW + 1} cannot be greater than max_model_len={WINDOW}"
+    assert words in vllms["message"] and words in mine_err["message"]
+
+
+@pytest.mark.parametrize("endpoint", BOTH)
+def test_an_unknown_field_is_ignored_by_vllm_and_refused_by_the_engine(
+    http: httpx.Client, vllm_stack: Stack, path: str, endpoint: str
+) -> None:
+    """vLLM's server logs and ignores a field it does not know (so does the vllm-server path,
+    which hands it on). The engine refuses it: an ignored field is a changed request. Its 400
+    says which vLLM's fields it knows, and how to hand a field to a logits processor, which
+    then serves as vLLM's server serves it."""
+    body = {**BODIES[endpoint], "max_tokens": 4, "temperature": 0}
+    _, plain = both(http, vllm_stack, path, endpoint, body)
+    unknown = {**body, "min_characters": 5}
+    url, headers = f"{vllm_stack.gateway.url}/v1{endpoint}", vllm_stack.headers(path)
+    theirs = post(http, f"{vllm_stack.server.url}{endpoint}", unknown, {})
+    same(theirs, plain, "server")  # ignored by vLLM
+    if path == "server":
+        same(post(http, url, unknown, headers), theirs, path)
+    else:
+        refused = http.post(url, json=unknown, headers=headers)
+        assert refused.status_code == 400
+        err = refused.json()["error"]
+        assert (err["param"], err["code"]) == ("min_characters", "unsupported_parameter")
+        assert f"vLLM {vllm_version()}'s extras" in err["message"]
+        assert '{"vllm_xargs": {"name": value}}' in err["message"]
+    xargs = {**body, "vllm_xargs": {"min_characters": 5}}
+    ours, theirs = both(http, vllm_stack, path, endpoint, xargs)
+    same(ours, theirs, path)
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)
