@@ -24,6 +24,8 @@ from core.errors import ConfigError
 from gateway.config.models import ModelConfig, limits, models
 from gateway.config.portkey import PortkeyConfig
 from gateway.config.portkey import parse as portkey_config
+from gateway.config.tls import TlsConfig
+from gateway.config.tls import parse as tls_config
 from gateway.config.values import (
     boolean,
     integer,
@@ -49,6 +51,7 @@ __all__ = [
     "ProviderConfig",
     "ServerConfig",
     "ServerTimeouts",
+    "TlsConfig",
     "load",
     "parse",
 ]
@@ -88,6 +91,10 @@ class ServerConfig:
     # hold (a head, 64 KB, and a body buffered before reading pauses, 64 KB), 256 MB at most.
     max_connections: int = 2048
     timeouts: ServerTimeouts = field(default_factory=ServerTimeouts)
+    # TLS on the listener (None: plain HTTP), for deployments with no ingress to end it. Its
+    # files are read by `gateway serve` and check-config (gateway.config.tls), and read again
+    # in each serving process when they change; the block itself is read at start.
+    tls: TlsConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +258,7 @@ def _server(s: Mapping[str, Any]) -> ServerConfig:
             s.get("max_connections", d.max_connections), "server.max_connections", 1
         ),
         timeouts=_timeouts(mapping(s.get("timeouts", {}), "server.timeouts")),
+        tls=tls_config(mapping(s.get("tls", {}), "server.tls")),
     )
 
 

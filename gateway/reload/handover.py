@@ -29,6 +29,9 @@ PINNED: tuple[tuple[str, Callable[[Config], object]], ...] = (
     ("server.max_headers", lambda c: c.server.max_headers),
     ("server.max_connections", lambda c: c.server.max_connections),
     ("server.timeouts", lambda c: c.server.timeouts),
+    # which files the listener's TLS reads; what they hold is read again when it changes, in
+    # each serving process (gateway.server.tls): renewing a certificate needs no reload
+    ("server.tls", lambda c: c.server.tls),
     ("metrics", lambda c: c.metrics),  # its listener, its key, its renders' interval
 )
 # Config fields the reload's log line names as YAML sections; providers are reported apart.
@@ -139,6 +142,7 @@ def _pin(old: Config, new: Config) -> Config:
         max_headers=old.server.max_headers,
         max_connections=old.server.max_connections,
         timeouts=old.server.timeouts,
+        tls=old.server.tls,
     )
     return replace(new, server=server, metrics=old.metrics)
 

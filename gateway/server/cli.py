@@ -11,6 +11,7 @@ import contextlib
 import copy
 import hashlib
 import ipaddress
+import logging
 import os
 import shutil
 import sys
@@ -148,7 +149,7 @@ def is_loopback(host: str) -> bool:
 
 def _serve(args: argparse.Namespace) -> int:
     cfg = _load(args.config)
-    if cfg is None:
+    if cfg is None or not _tls_loads(cfg.server):
         return 2
     host = args.host or cfg.server.host
     port = args.port if args.port is not None else cfg.server.port
@@ -175,6 +176,8 @@ def _serve(args: argparse.Namespace) -> int:
     with _metrics_dir(args.workers):
         cores = _shared_cores(cfg, args.workers)
         config = _uvicorn_config(uvicorn, args, host, port, _overridden(cfg.server, args))
+        if config.tls is not None:
+            logging.getLogger("gateway.tls").info("%s", _listener(cfg.server))
         if cores:
             from gateway.server import supervisor
 
@@ -208,13 +211,17 @@ def _uvicorn_config(
         head_s=server.timeouts.head_s,
         body_s=server.timeouts.body_s,
     )
+    options = _uvicorn_options(uvicorn, args, host, port)
+    if server.tls is not None:
+        _https_named(options["log_config"])
     return GatewayConfig(
-        **_uvicorn_options(uvicorn, args, host, port),
+        **options,
         workers=args.workers,
         timeout_keep_alive=server.timeouts.keep_alive_s,
         # uvicorn answers 503 once the open connections (this one among them) reach the limit
         limit_concurrency=server.max_connections + 1,
         listener=listener,
+        tls=server.tls,
     )
 
 
@@ -288,6 +295,13 @@ def _log_config(uvicorn: Any, level: str) -> dict[str, Any]:
     return config
 
 
+def _https_named(config: dict[str, Any]) -> None:
+    """uvicorn's "running on" line says https (its server is plain TCP under the gateway's TLS:
+    gateway.server.tls)."""
+    config["filters"]["https_named"] = {"()": "gateway.server.tls.HttpsNamed"}
+    config["loggers"]["uvicorn.error"]["filters"] = ["https_named"]
+
+
 @contextlib.contextmanager
 def _metrics_dir(workers: int) -> Iterator[None]:
     """Several workers share their metrics through files (prometheus_client's multiprocess
@@ -321,9 +335,37 @@ def _load(path: str) -> Config | None:
         return None
 
 
+def _tls_loads(server: ServerConfig) -> bool:
+    """The listener's certificate files, read now as each serving process will read them: one
+    missing or broken stops `serve` and `check-config` with its YAML path."""
+    if server.tls is None:
+        return True
+    from core.errors import ConfigError
+    from gateway.config.tls import server_context
+
+    try:
+        server_context(server.tls)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _listener(server: ServerConfig) -> str:
+    tls = server.tls
+    if tls is None:
+        return "listener: plain HTTP"
+    clients = (
+        f"client certificates signed by {tls.ca_file} required"
+        if tls.ca_file
+        else "no client certificate asked for"
+    )
+    return f"listener: TLS with {tls.cert_file}; {clients}"
+
+
 def _check(args: argparse.Namespace) -> int:
     cfg = _load(args.path)
-    if cfg is None:
+    if cfg is None or not _tls_loads(cfg.server):
         return 1
     from core.errors import ConfigError
     from gateway.jobs.filestore import check_store
@@ -337,7 +379,8 @@ def _check(args: argparse.Namespace) -> int:
     print(
         f"{args.path}: ok ({len(cfg.providers)} providers, {len(cfg.models)} models, "
         f"{len(cfg.keys)} keys)\n"
-        f"files and batches in {store}; batch leases in {leases}"
+        f"files and batches in {store}; batch leases in {leases}\n"
+        f"{_listener(cfg.server)}"
     )
     return 0
 

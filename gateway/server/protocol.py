@@ -25,7 +25,9 @@ shutdown (`shutdown`), the access log. And what the gateway adds:
   than a read beyond the size; a head not complete in time, or a body the app waits for whose
   next bytes do not come in time, is answered 408 (or cut, once the answer has begun);
 - the timeouts (keep-alive, head, body) are one timer per connection, moved only when it fires
-  early.
+  early;
+- with `server.tls` (`GatewayConfig.tls`), each connection is handed over once its handshake is
+  done (gateway.server.tls), its scheme https.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from gateway.asgi import WATCH, DisconnectWatch, Message
+from gateway.config.tls import TlsConfig
+from gateway.server.tls import Certificates, TlsConnection, TlsListener
 
 HEADER_NAME_BAD = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
 HEADER_VALUE_BAD = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
@@ -73,12 +77,33 @@ DEFAULT_LIMITS = ListenerLimits()
 
 
 class GatewayConfig(Config):
-    """uvicorn's Config with the listener's limits: it goes to spawned workers whole (pickled),
-    so each worker reads them once, from here."""
+    """uvicorn's Config with the listener's limits and its TLS: it goes to spawned workers whole
+    (pickled), so each worker reads them once, from here."""
 
-    def __init__(self, *args: Any, listener: ListenerLimits = DEFAULT_LIMITS, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        listener: ListenerLimits = DEFAULT_LIMITS,
+        tls: TlsConfig | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self.listener = listener
+        self.tls = tls
+        self.tls_listener: TlsListener | None = None  # made by load(), in the serving process
+
+    def load(self) -> None:
+        """uvicorn's, in each serving process; with TLS, the certificates are read there (an
+        SSLContext does not pickle), and each connection begins with its handshake
+        (gateway.server.tls), under either HTTP protocol."""
+        super().load()
+        if self.tls is not None:
+            handshake_s = min(self.timeout_keep_alive, self.listener.head_s)
+            certificates = Certificates(self.tls)
+            self.tls_listener = TlsListener(certificates, self.http_protocol_class, handshake_s)
+            # uvicorn calls it as it calls the HTTP protocol's class (an SSL protocol is a
+            # BufferedProtocol, which its annotation leaves out)
+            self.http_protocol_class = TlsConnection  # type: ignore[assignment]
 
 
 HIDDEN_QUERY = "?..."

@@ -2,8 +2,10 @@
 
 The serving process binds the listening socket and starts N workers, each one uvicorn server on
 that socket with its own app and runtime, and with its slot of every shared core (what reaches
-it: `core.provider.SLOTS_ENV`). It then launches the cores one after the other (a core's
-start-up handshake must not wait on another's load) and watches them and the workers:
+it: `core.provider.SLOTS_ENV`); with `server.tls`, each worker reads the certificates itself
+when uvicorn loads its config (gateway.server.tls), and the socket stays plain TCP. It then
+launches the cores one after the other (a core's start-up handshake must not wait on another's
+load) and watches them and the workers:
 
 * a core ready, failed or dead is reported to every worker on the core's status pipes, and the
   worker's provider acts on it as it would on its own engine (503s naming why, /readyz down);
