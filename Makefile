@@ -8,7 +8,7 @@ LINTED := core gateway providers tests bench deploy
 TYPED  := core gateway providers deploy/grafana/dashboard.py tests
 TINY_MODEL ?= models/tiny
 # Debian packages the tests and the benchmark need; installed when root and missing.
-TEST_DEBS  := redis-server
+TEST_DEBS  := redis-server tinyproxy
 BENCH_DEBS := wrk redis-server
 # promtool and a Prometheus server check the alerts and the dashboard's queries.
 CHART_DEBS := prometheus redis-server

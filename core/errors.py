@@ -35,6 +35,7 @@ class GatewayError(Exception):
     type: str = "server_error"
     code: str | None = None
     upstream_status: int | None = None  # the status an upstream answered, when it did
+    lasting: bool = False  # the same target would fail the same way: no retry of it (fallback may)
 
     def __init__(
         self,

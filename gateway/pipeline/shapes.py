@@ -70,6 +70,9 @@ def completion_document(
         return _ordered(doc, COMPLETION)
     if fingerprint is not None:
         doc["system_fingerprint"] = fingerprint
+    for key in UPSTREAM_ANSWER_KEYS:
+        if key in out:
+            doc[key] = out[key]  # type: ignore[literal-required]  # a provider's own
     return doc
 
 
@@ -87,8 +90,13 @@ def chat_document(
     return doc
 
 
+# What an answer may carry that its provider added unasked, written as it came (Azure's
+# content filter's verdicts on the prompts).
+UPSTREAM_ANSWER_KEYS = ("prompt_filter_results",)
 # What a chat answer may carry besides its choices and usage (vLLM's extras among them).
-CHAT_ANSWER_KEYS = ("system_fingerprint", "prompt_token_ids", "prompt_logprobs")
+CHAT_ANSWER_KEYS = (
+    "system_fingerprint", "prompt_token_ids", "prompt_logprobs", *UPSTREAM_ANSWER_KEYS,
+)  # fmt: skip
 
 
 def envelope(
@@ -122,6 +130,7 @@ class VllmEnvelope(Envelope):
         choices: Sequence[Mapping[str, object]],
         usage: Usage | None = None,
         prompt_ids: list[int] | None = None,
+        prompt_filters: object = None,
     ) -> bytes:
         doc: dict[str, object] = {**self._fixed}
         if self._chat:

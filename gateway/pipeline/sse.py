@@ -59,12 +59,16 @@ class Envelope:
         choices: Sequence[Mapping[str, object]],
         usage: Usage | None = None,
         prompt_ids: list[int] | None = None,
+        prompt_filters: object = None,
     ) -> bytes:
         """A content chunk; `usage` is its choice's usage so far (vLLM's continuous usage);
-        `prompt_ids` the prompt's token ids (vLLM's return_token_ids, on a chat's first chunk)."""
+        `prompt_ids` the prompt's token ids (vLLM's return_token_ids, on a chat's first chunk);
+        `prompt_filters` Azure's content filter's verdicts on the prompts (on the first one)."""
         body = self._head + orjson.dumps(choices)
         if prompt_ids is not None:
             body += b',"prompt_token_ids":' + orjson.dumps(prompt_ids)
+        if prompt_filters is not None:
+            body += b',"prompt_filter_results":' + orjson.dumps(prompt_filters)
         if usage is not None:
             return body + b',"usage":' + orjson.dumps(usage) + b"}\n\n"
         return body + self._tail
@@ -126,7 +130,8 @@ async def _write(send: Send, batch: list[K], env: Envelope, result: StreamResult
         usage = cast("Usage | None", item.get("usage"))
         if choices:
             ids = item.get("prompt_token_ids")  # a chat's, from vLLM
-            events.append(env.chunk(choices, usage, ids if type(ids) is list else None))
+            filters = item.get("prompt_filter_results")  # Azure's, on the first chunk
+            events.append(env.chunk(choices, usage, ids if type(ids) is list else None, filters))
         elif usage is not None:  # the request's usage, shown at the end
             result.usage = usage
     if events:

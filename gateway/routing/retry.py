@@ -43,6 +43,8 @@ class RetryPolicy:
         return hinted if waited + hinted <= self.max_wait_s else None
 
     def retryable(self, err: GatewayError) -> bool:
+        if err.lasting:  # e.g. the upstream's certificate refused: it would be again
+            return False
         if err.headers.get("x-should-retry") == "false":  # the upstream says it won't help
             return False
         if isinstance(err, (UpstreamTimeout, UpstreamUnreachable)) and err.upstream_status is None:

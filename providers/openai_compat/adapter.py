@@ -1,9 +1,10 @@
 """`OpenAICompatProvider`: serves completions, chat and embeddings from an OpenAI-compatible HTTP
 upstream.
 
-One instance per configured provider: its dialect, URL, headers and connection pool are fixed
+One instance per configured provider: its dialect, URLs, headers and connection pool are fixed
 at construction, so a request only maps its fields (`prepare`), makes one call and normalizes
-the answer (`complete` / `stream`).
+the answer (`complete` / `stream`). Each prepared request holds its URL: the provider's, or on
+Azure OpenAI with an api-version, its model's deployment's.
 """
 
 from __future__ import annotations
@@ -35,20 +36,20 @@ from providers.openai_compat.embeddings import RULES as EMBEDDING_RULES
 from providers.openai_compat.embeddings import Arrays, answer
 from providers.openai_compat.emulate import completion_room, select_best
 from providers.openai_compat.normalize import (
+    PLAIN_EXTRAS,
     Normalization,
     StreamNormalizer,
     choices,
     extras_for,
     finish,
 )
-from providers.openai_compat.settings import Settings, parse_settings
+from providers.openai_compat.settings import Settings, Urls, parse_settings
 from providers.rules.chat import RULES as CHAT_RULES
 from providers.rules.params import Applied, Dialect, apply_rules
 from providers.transport.client import UpstreamClient
 
 T = TypeVar("T")
-Post = Callable[[bytes, Target], Awaitable[T]]  # the client's post_json or open_stream
-ChatPost = Callable[[bytes, Target, str], Awaitable[T]]  # the same, to the chat URL
+Post = Callable[[bytes, Target, str], Awaitable[T]]  # the client's post_json or open_stream
 
 # Fields the adapter writes itself from the validated request, whatever the dialect says.
 SELF_SET = ("model", "max_tokens", "stream")
@@ -67,6 +68,7 @@ class UpstreamCompletion:
     truncate: bool  # emulate context_length_exceeded_behavior="truncate"
     check_context: bool  # "error" on an upstream that clamps: count the prompt first
     request: CompletionRequest  # as validated: best_of's ranking and the context check read it
+    url: str  # where it goes
 
 
 @dataclass(slots=True)  # built per request: a frozen one takes 4x as long to build
@@ -79,6 +81,7 @@ class UpstreamChat:
     truncate: bool  # emulate context_length_exceeded_behavior="truncate"
     check_context: bool  # "error" on an upstream that clamps: count the rendered prompt first
     request: ChatRequest
+    url: str  # where it goes
 
 
 @dataclass(slots=True)  # built per request: a frozen one takes 4x as long to build
@@ -88,6 +91,7 @@ class UpstreamEmbedding:
     payload: bytes
     count: int  # embeddings expected: one per input
     encoding: str  # what the caller gets: "float" or "base64"
+    url: str  # where it goes
 
 
 class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, UpstreamChat]):
@@ -96,6 +100,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         "fireworks",
         "vllm-server",
         "openai-compatible",
+        "azure-openai",
     )
     reloadable: ClassVar[bool] = True
 
@@ -104,9 +109,13 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         self.spec = spec
         self.answer_shape = settings.answer_shape
         self._embedding_rules = EMBEDDING_RULES[spec.name]
-        self._embeddings_url = settings.base_url + "/embeddings"
         self._chat_rules = CHAT_RULES[spec.name]
-        self._chat_url = settings.base_url + "/chat/completions"
+        # Every model's URLs; None on Azure with an api-version: each model's deployment's.
+        self._urls = settings.urls
+        self._deployments = settings.deployments
+        # The per-choice keys kept from every answer: vLLM's stop_reason, the dialect's own.
+        self._choice_extras = (*PLAIN_EXTRAS, *spec.choice_extras)
+        self._chat_choice_extras = ("stop_reason", *spec.choice_extras)
         self._client = UpstreamClient(
             settings.url,
             settings.headers,
@@ -114,10 +123,14 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
             connect_timeout_s=settings.connect_timeout_s,
             max_response_bytes=settings.max_response_bytes,
             secret=settings.api_key,
+            idle_timeout_s=settings.idle_timeout_s,
+            tls=settings.tls,
+            proxy=settings.proxy,
+            name=name,
         )
         self._guard = None
         if spec.clamps_max_tokens:
-            self._guard = ContextGuard(self._client, settings.base_url)
+            self._guard = ContextGuard(self._client, settings.base_url, settings.query)
 
     @classmethod
     def check_config(cls, type_tag: str, settings: Mapping[str, Any], path: str) -> None:
@@ -137,7 +150,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         if spec is None:
             known = ", ".join(cls.type_tags)
             raise ConfigError(f"{path}.type", f"{type_tag!r} is not one of {known}")
-        return spec, parse_settings(settings, path, spec.answer_shapes)
+        return spec, parse_settings(settings, path, spec.answer_shapes, spec.azure_addressing)
 
     async def start(self) -> None:
         await self._client.start()
@@ -153,8 +166,21 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
 
     # ------------------------------------------------------------ mapping
 
+    def _deployment(self, target: Target) -> Urls:
+        """The URLs of the target's model's deployment (Azure with an api-version); a model
+        without one is the caller's 400, before anything is sent."""
+        urls = self._deployments.get(target.model)
+        if urls is None:
+            raise InvalidRequest(
+                f"Target '{target.label}': the model '{target.model}' has no deployment on "
+                f"Azure OpenAI provider '{self.name}' (providers.{self.name}.deployments).",
+                param="model",
+            )
+        return urls
+
     def prepare(self, request: CompletionRequest, target: Target) -> Prepared[UpstreamCompletion]:
         spec = self.spec
+        urls = self._urls or self._deployment(target)
         applied = self._mapped(spec.rules, spec.request_checks, request, target, SELF_SET)
         body = applied.body
         body["max_tokens"] = request.max_tokens  # explicit: Fireworks' default is not OpenAI's 16
@@ -172,16 +198,20 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
             _echoed(request),
             request.n,
             continuous,
-            extras_for(request.fields),
+            extras_for(request.fields, self._choice_extras),
             keep_empty=self.answer_shape == "vllm",
             await_fingerprint=self.answer_shape == "vllm" and not request.include_usage,
+            upstream_extras=spec.answer_extras,
         )
         payload = orjson.dumps(body)
-        plan = UpstreamCompletion(body, payload, shape, best_of, truncate, check_context, request)
+        plan = UpstreamCompletion(
+            body, payload, shape, best_of, truncate, check_context, request, urls.completions
+        )
         return Prepared(target, applied.dropped, plan)
 
     def prepare_chat(self, request: ChatRequest, target: Target) -> Prepared[UpstreamChat]:
         spec = self.spec
+        urls = self._urls or self._deployment(target)
         applied = self._mapped(self._chat_rules, spec.chat_checks, request, target, CHAT_SELF_SET)
         body = applied.body
         behavior = request.fields.get(CONTEXT)
@@ -190,7 +220,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         check_context = self._guard is not None and behavior == "error" and bounded
         if "max_completion_tokens" in body:
             body.pop("max_tokens", None)  # the bound that wins, alone: Fireworks refuses both
-        choice_extras, answer_extras = chat_extras(request.fields)
+        choice_extras, answer_extras = chat_extras(request.fields, self._chat_choice_extras)
         continuous = bool(body.get("stream_options", {}).get("continuous_usage_stats"))
         stop = request.fields.get("stop", ())
         stops = ((stop,) if type(stop) is str else tuple(stop)) if spec.stop_may_be_included else ()
@@ -202,8 +232,10 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
             answer_extras,
             stops,
             await_fingerprint=self.answer_shape == "vllm" and not request.include_usage,
+            upstream_extras=spec.answer_extras,
         )
-        plan = UpstreamChat(body, orjson.dumps(body), shape, truncate, check_context, request)
+        payload = orjson.dumps(body)
+        plan = UpstreamChat(body, payload, shape, truncate, check_context, request, urls.chat)
         return Prepared(target, applied.dropped, plan)
 
     def _mapped(
@@ -239,6 +271,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
     def prepare_embedding(
         self, request: EmbeddingRequest, target: Target
     ) -> Prepared[UpstreamEmbedding]:
+        urls = self._urls or self._deployment(target)
         applied = apply_rules(
             self._embedding_rules,
             request.fields,
@@ -248,7 +281,8 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         )
         body = applied.body
         body["model"] = target.model
-        plan = UpstreamEmbedding(orjson.dumps(body), len(request.inputs), request.encoding_format)
+        count, encoding = len(request.inputs), request.encoding_format
+        plan = UpstreamEmbedding(orjson.dumps(body), count, encoding, urls.embeddings)
         return Prepared(target, applied.dropped, plan)
 
     # ------------------------------------------------------------ serving
@@ -256,7 +290,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
     async def embed(self, prepared: Prepared[UpstreamEmbedding]) -> Embeddings:
         plan = prepared.state
         target = prepared.target
-        url = self._embeddings_url
+        url = plan.url
         if plan.encoding != "float":
             body = await self._client.call_json("POST", url, plan.payload, target)
             return answer(body, plan.count, plan.encoding, target.label)
@@ -323,7 +357,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         finally:
             await opened.aclose()
 
-    async def _send_chat(self, prepared: Prepared[UpstreamChat], post: ChatPost[T]) -> T:
+    async def _send_chat(self, prepared: Prepared[UpstreamChat], post: Post[T]) -> T:
         """As `_send`, for chat: the rendered prompt checked where the upstream clamps, and one
         retry with the room left for an emulated "truncate". A chat's prompt is its messages:
         an upstream's context error names them."""
@@ -336,19 +370,19 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
             _name_the_media(err, prepared.state.request)
             raise
 
-    async def _post_chat(self, prepared: Prepared[UpstreamChat], post: ChatPost[T]) -> T:
+    async def _post_chat(self, prepared: Prepared[UpstreamChat], post: Post[T]) -> T:
         plan = prepared.state
         target = prepared.target
         max_tokens = plan.request.max_tokens
         if plan.check_context and self._guard is not None and max_tokens is not None:
             await self._guard.check_chat(plan.request.fields, max_tokens, target)
         try:
-            return await post(plan.payload, target, self._chat_url)
+            return await post(plan.payload, target, plan.url)
         except ContextLengthExceeded as err:
             payload = _truncated_chat(plan, err) if plan.truncate else None
             if payload is None:
                 raise
-        return await post(payload, target, self._chat_url)
+        return await post(payload, target, plan.url)
 
     async def _send(self, prepared: Prepared[UpstreamCompletion], post: Post[T]) -> T:
         """One upstream call (after the context check, if needed); with emulated "truncate", one
@@ -359,12 +393,12 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
             req = plan.request
             await self._guard.check(req.prompts, req.max_tokens, target)
         try:
-            return await post(plan.payload, target)
+            return await post(plan.payload, target, plan.url)
         except ContextLengthExceeded as err:
             payload = _truncated(plan, err) if plan.truncate else None
             if payload is None:
                 raise
-        return await post(payload, target)
+        return await post(payload, target, plan.url)
 
 
 def _normalized(

@@ -6,7 +6,8 @@ Canonical output is OpenAI's: choices in index order, each with its assistant `m
 `stop|length|tool_calls|content_filter`. In streams each choice's deltas carry the role first,
 then content or tool-call pieces by index, and a last delta with the finish_reason. vLLM's answers
 to its extras (`stop_reason`, `token_ids`, the prompt's token ids and logprobs) ride along when
-asked for and not null; other provider extras are dropped.
+asked for and not null, and so do what a dialect's upstream adds unasked (Azure's content filter
+results, per choice and per answer); other provider extras are dropped.
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ from core.answers import (
     TopLogprob,
 )
 from providers.openai_compat.chat_stops import ChatStopHoldBack, strip_chat_stop
-from providers.openai_compat.normalize import FINISH, FingerprintWait, finish_reason, usage
+from providers.openai_compat.normalize import (
+    FILTER_RESULTS,
+    FINISH,
+    FingerprintWait,
+    finish_reason,
+    keep,
+    pending,
+    usage,
+)
 from providers.transport.errors import bad_answer
 
 CHAT_FINISH: Mapping[str, str] = MappingProxyType(
@@ -60,11 +69,17 @@ class ChatNormalization:
     stops: tuple[str, ...] = ()  # stop strings to cut (dialects that may include them)
     # The chunks that end a choice wait for the upstream's system_fingerprint (FingerprintWait).
     await_fingerprint: bool = False
+    # Top-level keys the upstream adds unasked, kept when not null (Azure's
+    # prompt_filter_results); a stream's, from an event without choices, ride on the next chunk.
+    upstream_extras: tuple[str, ...] = ()
 
 
-def chat_extras(fields: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The per-choice and top-level extras a chat request asks for."""
-    per_choice, per_answer = ["stop_reason"], list[str]()
+def chat_extras(
+    fields: Mapping[str, Any], plain: tuple[str, ...] = ("stop_reason",)
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The per-choice and top-level extras a chat request asks for; `plain`: the per-choice
+    ones of every request (the dialect's own among them)."""
+    per_choice, per_answer = list(plain), list[str]()
     for field, keys in CHOICE_EXTRAS.items():
         if fields.get(field):
             per_choice.extend(keys)
@@ -161,12 +176,6 @@ def _index(raw: Mapping[str, Any], position: int) -> int:
     return index if type(index) is int else position
 
 
-def _extras(raw: Mapping[str, Any], out: Any, keys: tuple[str, ...]) -> None:
-    for key in keys:
-        if raw.get(key) is not None:
-            out[key] = raw[key]
-
-
 # ---------------------------------------------------------------- whole answers
 
 
@@ -182,7 +191,8 @@ def chat_answer(body: Mapping[str, Any], shape: ChatNormalization) -> ChatComple
     fingerprint = body.get("system_fingerprint")
     if isinstance(fingerprint, str):
         out["system_fingerprint"] = fingerprint
-    _extras(body, out, shape.answer_extras)
+    keep(body, out, shape.answer_extras)
+    keep(body, out, shape.upstream_extras)
     return out
 
 
@@ -197,7 +207,7 @@ def _choice(raw: Any, position: int, shape: ChatNormalization) -> ChatChoice:
         "logprobs": chat_logprobs(raw.get("logprobs")) if shape.want_logprobs else None,
         "finish_reason": reason or "stop",
     }
-    _extras(raw, out, shape.choice_extras)
+    keep(raw, out, shape.choice_extras)
     return out
 
 
@@ -208,7 +218,8 @@ class ChatStreamNormalizer:
     """Upstream chat stream events → canonical chunks: content chunks carry `choices` (and, with
     continuous usage, the usage so far); the request's usage, wherever the upstream put it, becomes
     one final `{"choices": [], "usage": …}`. The fingerprint rides on the first chunk out after it
-    appears or changes; vLLM's prompt token ids on the first chunk that carries them."""
+    appears or changes, and so do the upstream's top-level extras that come on an event without
+    choices; vLLM's prompt token ids on the first chunk that carries them."""
 
     __slots__ = ("_fingerprint", "_hold", "_pending", "_shape", "_usage", "_wait")
 
@@ -217,7 +228,8 @@ class ChatStreamNormalizer:
         self._hold = ChatStopHoldBack(shape.stops) if shape.stops else None
         self._usage: Any = None
         self._fingerprint: str | None = None
-        self._pending: str | None = None
+        # What the next chunk out carries: a new fingerprint, the upstream's extras.
+        self._pending: dict[str, Any] | None = None
         self._wait = FingerprintWait() if shape.await_fingerprint else None
 
     def feed(self, event: Mapping[str, Any]) -> list[ChatChunk]:
@@ -226,9 +238,13 @@ class ChatStreamNormalizer:
             self._usage = event["usage"]
         fingerprint = event.get("system_fingerprint")
         if fingerprint is not None and fingerprint != self._fingerprint:
-            self._fingerprint = self._pending = str(fingerprint)
+            self._fingerprint = str(fingerprint)
+            self._pending = {**(self._pending or {}), "system_fingerprint": self._fingerprint}
         raw = event.get("choices")
         if not raw or type(raw) is not list:
+            if self._shape.upstream_extras:  # Azure's prompt_filter_results come first, alone
+                self._pending = pending(self._pending, event, self._shape.upstream_extras)
+            # (A dialect with upstream extras has no fingerprint to wait for.)
             return self._waited() if self._pending is not None else []
         deltas = []
         for i, c in enumerate(raw):
@@ -240,7 +256,7 @@ class ChatStreamNormalizer:
         chunk: ChatChunk = {"choices": deltas}
         shape = self._shape
         if shape.answer_extras and "prompt_token_ids" in shape.answer_extras:
-            _extras(event, chunk, ("prompt_token_ids",))
+            keep(event, chunk, ("prompt_token_ids",))
         if shape.continuous_usage:
             so_far = usage(event.get("usage"))
             if so_far is not None:
@@ -297,7 +313,7 @@ class ChatStreamNormalizer:
 
     def _stamp(self, chunk: ChatChunk) -> ChatChunk:
         if self._pending is not None:
-            chunk["system_fingerprint"] = self._pending
+            chunk.update(self._pending)  # type: ignore[typeddict-item]  # fingerprint, extras
             self._pending = None
         return chunk
 
@@ -351,4 +367,5 @@ def _carries(choice: ChatChunkChoice) -> bool:
         or "tool_calls" in delta
         or bool(lp and lp["content"])
         or bool(choice.get("token_ids"))
+        or bool(choice.get(FILTER_RESULTS))  # an asynchronous filter's verdicts (Azure)
     )

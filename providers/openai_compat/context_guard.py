@@ -54,10 +54,11 @@ class ContextGuard:
 
     __slots__ = ("_can_count", "_client", "_models_url", "_tokenize_url", "_windows")
 
-    def __init__(self, client: UpstreamClient, base_url: str) -> None:
+    def __init__(self, client: UpstreamClient, base_url: str, query: str = "") -> None:
+        """`query`: the base URL's query string ("?…" or ""), which every call keeps."""
         self._client = client
-        self._models_url = base_url + "/models"
-        self._tokenize_url = server_root(base_url) + "/tokenize"
+        self._models_url = base_url + "/models" + query
+        self._tokenize_url = server_root(base_url) + "/tokenize" + query
         self._windows: dict[str, int | None] = {}  # upstream model id → max_model_len
         self._can_count = True  # False once /tokenize turned out not to exist
 

@@ -2,9 +2,9 @@
 CreateEmbeddingRequest, and the upstream's answer in the canonical form (core/answers.py).
 
 `encoding_format` goes upstream where the upstream is known to send OpenAI's base64 (OpenAI,
-vLLM's server, whose default is float32 in the machine's byte order: little-endian on every
-platform it runs on); elsewhere the gateway asks for floats and encodes them itself. Either way
-the caller gets what it asked for: an answer in the other form is converted.
+Azure, vLLM's server, whose default is float32 in the machine's byte order: little-endian on
+every platform it runs on); elsewhere the gateway asks for floats and encodes them itself.
+Either way the caller gets what it asked for: an answer in the other form is converted.
 
 Floats asked for and answered are relayed as the upstream wrote them (`Arrays`): each
 embedding's array is checked to hold numbers only and goes into the caller's answer as its
@@ -55,6 +55,7 @@ RULES: Mapping[str, Mapping[str, FieldRule]] = MappingProxyType(
         # vLLM's own extras (truncate_prompt_tokens, add_special_tokens, …) pass.
         "vllm-server": derive(OPENAI, **VLLM_PASS),
         "openai-compatible": derive(OPENAI, encoding_format=EMULATE, **VLLM_PASS),
+        "azure-openai": OPENAI,  # its embeddings API is OpenAI's, base64 included
     }
 )
 

@@ -2,8 +2,9 @@
 
 Canonical output is OpenAI's: choices in `prompt_idx * n + i` order with `text`, `index`,
 `logprobs` (legacy four lists, or null) and `finish_reason`. vLLM's per-choice answers to its
-extras ride along when the request asked for them and they are not null (`extras_for`); other
-provider extras (`raw_output`, `perf_metrics`, …) are dropped.
+extras ride along when the request asked for them and they are not null (`extras_for`), and so do
+what a dialect's upstream adds unasked (Azure's content filter results, per choice and per
+answer); other provider extras (`raw_output`, `perf_metrics`, …) are dropped.
 """
 
 from __future__ import annotations
@@ -61,18 +62,22 @@ class Normalization:
     keep_empty: bool = False
     # The chunks that end a choice wait for the upstream's system_fingerprint (FingerprintWait).
     await_fingerprint: bool = False
+    # Answer-level keys the upstream adds unasked, kept when not null (Azure's
+    # prompt_filter_results); a stream's, from an event without choices, ride on the next chunk.
+    upstream_extras: tuple[str, ...] = ()
 
     def protected(self, index: int) -> int:
         prompt = index // self.n
         return self.echoed[prompt] if prompt < len(self.echoed) else 0
 
 
-def extras_for(fields: Mapping[str, Any]) -> tuple[str, ...]:
-    """The per-choice extras a request asks for; echo with logprobs asks vLLM for the prompt's
-    logprobs, and its server shows them."""
+def extras_for(fields: Mapping[str, Any], plain: tuple[str, ...] = PLAIN_EXTRAS) -> tuple[str, ...]:
+    """The per-choice extras a request asks for, after `plain` (those of every request: the
+    dialect's own, e.g. Azure's content filter results); echo with logprobs asks vLLM for the
+    prompt's logprobs, and its server shows them."""
     if fields.keys().isdisjoint(EXTRAS) and not fields.get("echo"):
-        return PLAIN_EXTRAS  # what nearly every request asks
-    keys = ["stop_reason"]
+        return plain  # what nearly every request asks
+    keys = list(plain)
     for field, answers in EXTRAS.items():
         value = fields.get(field)
         if value is not None and value is not False:  # prompt_logprobs=0 asks too
@@ -166,6 +171,13 @@ def _count(value: Any) -> int:
     return value if type(value) is int and value >= 0 else 0
 
 
+def keep(raw: Mapping[str, Any], out: Any, keys: tuple[str, ...]) -> None:
+    """Copy `keys` that are not null from an upstream's object to the canonical one."""
+    for key in keys:
+        if raw.get(key) is not None:
+            out[key] = raw[key]
+
+
 def choice(raw: Any, position: int, shape: Normalization, final: bool) -> Choice:
     """One canonical choice (or stream delta); `final` for non-stream answers, where a choice
     has always ended."""
@@ -210,6 +222,7 @@ def finish(body: Mapping[str, Any], picked: list[Choice], shape: Normalization) 
     fingerprint = body.get("system_fingerprint")
     if isinstance(fingerprint, str):
         out["system_fingerprint"] = fingerprint
+    keep(body, out, shape.upstream_extras)
     return out
 
 
@@ -241,7 +254,8 @@ class StreamNormalizer:
     continuous usage, the usage so far of their choice); the request's usage, wherever the
     upstream put it (its own chunk, or the last content chunk as Fireworks does), becomes one
     final `{"choices": [], "usage": …}`. The upstream's `system_fingerprint` rides on
-    the first chunk out after it appears or changes (the renderer keeps it for later chunks)."""
+    the first chunk out after it appears or changes (the renderer keeps it for later chunks), and
+    so do the upstream's answer-level extras that come on an event without choices."""
 
     __slots__ = ("_fingerprint", "_hold", "_pending", "_shape", "_usage", "_wait")
 
@@ -250,7 +264,8 @@ class StreamNormalizer:
         self._hold = StopHoldBack(shape.stops, shape.protected) if shape.stops else None
         self._usage: Any = None
         self._fingerprint: str | None = None
-        self._pending: str | None = None  # a fingerprint not passed on yet
+        # What the next chunk out carries: a new fingerprint, the upstream's extras.
+        self._pending: dict[str, Any] | None = None
         self._wait = FingerprintWait() if shape.await_fingerprint else None
 
     def feed(self, event: Mapping[str, Any]) -> list[Chunk]:
@@ -258,9 +273,13 @@ class StreamNormalizer:
             self._usage = event["usage"]
         fingerprint = event.get("system_fingerprint")
         if isinstance(fingerprint, str) and fingerprint != self._fingerprint:
-            self._fingerprint = self._pending = fingerprint
+            self._fingerprint = fingerprint
+            self._pending = {**(self._pending or {}), "system_fingerprint": fingerprint}
         raw = event.get("choices")
         if not raw or not isinstance(raw, list):
+            if self._shape.upstream_extras:  # Azure's prompt_filter_results come first, alone
+                self._pending = pending(self._pending, event, self._shape.upstream_extras)
+            # (A dialect with upstream extras has no fingerprint to wait for.)
             return self._waited() if self._pending is not None else []
         deltas = []
         for position, item in enumerate(raw):
@@ -304,9 +323,21 @@ class StreamNormalizer:
 
     def _stamp(self, chunk: Chunk) -> Chunk:
         if self._pending is not None:
-            chunk["system_fingerprint"] = self._pending
+            chunk.update(self._pending)  # type: ignore[typeddict-item]  # fingerprint, extras
             self._pending = None
         return chunk
+
+
+def pending(
+    held: dict[str, Any] | None, event: Mapping[str, Any], keys: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """What waits for the next chunk out, with `event`'s `keys` that are not null."""
+    found = {key: event[key] for key in keys if event.get(key) is not None}
+    return {**(held or {}), **found} if found else held
+
+
+# Azure's per-choice verdicts: an asynchronous filter's come on a delta of their own.
+FILTER_RESULTS = "content_filter_results"
 
 
 def _carries(delta: Choice) -> bool:
@@ -319,4 +350,5 @@ def _carries(delta: Choice) -> bool:
         or bool(lp and lp["tokens"])
         or bool(delta.get("token_ids"))
         or "prompt_token_ids" in delta
+        or bool(delta.get(FILTER_RESULTS))
     )

@@ -5,6 +5,7 @@ OpenAI serves its own fields (audio, web search, stored completions, …) and re
 extensions; Fireworks serves the sampling extensions and the context-length behaviour, and none
 of OpenAI's audio or storage fields; vLLM's server serves its extras; any other OpenAI-compatible
 server gets what it is sent (such servers ignore what they do not know).
+Azure OpenAI serves OpenAI's fields, but for its web search.
 `context_length_exceeded_behavior` is served as for completions: sent to Fireworks, "truncate"
 emulated by a retry elsewhere, and "error" checked first on vLLM's server, which clamps.
 Messages in roles OpenAI does not have (a chat template's own) go to vLLM and to other
@@ -140,11 +141,19 @@ GENERIC_RULES = derive(
     **{CONTINUOUS: passes(), UNKNOWN: passes()},
 )
 
+# Azure OpenAI serves OpenAI's chat API, but not its web search (Azure has it in its Responses
+# API only).
+AZURE_RULES = derive(
+    OPENAI_RULES,
+    **_refuse(("web_search_options",), "Azure OpenAI's chat completions have no web search"),
+)
+
 RULES: Mapping[str, Mapping[str, FieldRule]] = MappingProxyType(
     {
         "openai": OPENAI_RULES,
         "fireworks": FIREWORKS_RULES,
         "vllm-server": VLLM_RULES,
         "openai-compatible": GENERIC_RULES,
+        "azure-openai": AZURE_RULES,
     }
 )

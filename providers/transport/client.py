@@ -1,14 +1,17 @@
 """The HTTP side: pooled connections per provider (http1.py), JSON calls and SSE streams.
 
-Everything that does not change per request (the origin, headers, the pool) is fixed at
-construction. Deadlines are set on the request's connection (http1.py says why), in the loop's
-time: the head by the target's first_byte_s, the whole answer by its timeout_s, a stream's each
-read by its timeout_s. A request cancelled under way aborts its connection, so the upstream sees
-it. Failures leave here already translated into the gateway's error tree (errors.py).
+Everything that does not change per request (the origin, headers, TLS, the proxy, the pool) is
+fixed at construction. Deadlines are set on the request's connection (http1.py says why), in the
+loop's time: the head by the target's first_byte_s, the whole answer by its timeout_s, a
+stream's each read by its timeout_s. A request cancelled under way aborts its connection, so the
+upstream sees it. Failures leave here already translated into the gateway's error tree
+(errors.py).
 """
 
 from __future__ import annotations
 
+import logging
+import ssl
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Mapping
 from urllib.parse import urlsplit
 
@@ -33,13 +36,16 @@ from providers.transport.http1 import (
     Response,
     ResponseTimeout,
 )
+from providers.transport.proxy import Proxy
 from providers.transport.sse import DONE, SSEDecoder
+from providers.transport.tls import verifies
 
 MAX_ERROR_BODY = 64 * 1024  # error bodies are short; a proxy's HTML page is cut here
 KEEPALIVE_S = 30.0
 DRAIN_S = 1.0  # after [DONE], how long to wait for the end of the body before closing
 DRAIN_BYTES = 64 * 1024
 MAX_PATHS = 64
+log = logging.getLogger("providers.transport")
 
 
 class UpstreamStream:
@@ -67,8 +73,13 @@ class UpstreamStream:
 
 
 class UpstreamClient:
+    """One upstream's calls. `idle_timeout_s`: how long a pooled connection is kept unused;
+    `tls`: an https upstream's context (None: the default one); `proxy`: the proxy it is
+    reached through (None: directly); `name`: the provider's, for the log."""
+
     __slots__ = (
-        "_connect_s", "_headers", "_limit", "_max_body", "_paths", "_pool", "_secret", "_url",
+        "_connect_s", "_headers", "_idle_s", "_limit", "_max_body", "_name", "_paths", "_pool",
+        "_proxy", "_secret", "_tls", "_url",
     )  # fmt: skip
 
     def __init__(
@@ -80,6 +91,10 @@ class UpstreamClient:
         connect_timeout_s: float,
         max_response_bytes: int = MAX_BODY_BYTES,
         secret: str = "",
+        idle_timeout_s: float = KEEPALIVE_S,
+        tls: ssl.SSLContext | None = None,
+        proxy: Proxy | None = None,
+        name: str = "",
     ) -> None:
         self._url = url
         self._headers = dict(headers)
@@ -87,12 +102,27 @@ class UpstreamClient:
         self._connect_s = connect_timeout_s
         self._max_body = max_response_bytes
         self._secret = secret  # only to scrub it from upstream error messages
+        self._idle_s = idle_timeout_s
+        self._tls = tls
+        self._proxy = proxy
+        self._name = name
         self._pool: Pool | None = None
         self._paths: dict[str, str] = {}  # the few addresses of this upstream in use
 
     async def start(self) -> None:
+        if self._tls is not None and not verifies(self._tls):  # at every start: not forgotten
+            log.warning(
+                "providers.%s.tls.verify is false: the certificate of %s is not checked, and "
+                "anyone on the way can read and answer its requests",
+                self._name, Origin.of(self._url).authority,
+            )  # fmt: skip
+        if self._proxy is not None:
+            log.info("providers.%s: reached through the proxy %s", self._name, self._proxy.shown)
         if self._pool is None:
-            self._pool = Pool(self._url, self._headers, self._limit, KEEPALIVE_S, self._max_body)
+            self._pool = Pool(
+                self._url, self._headers, self._limit, self._idle_s, self._max_body,
+                tls=self._tls, proxy=self._proxy,
+            )  # fmt: skip
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
@@ -124,13 +154,14 @@ class UpstreamClient:
             raise
 
     def _path(self, url: str) -> str:
-        """The request target of an address of this upstream (its path and query); an address
-        elsewhere is a bug, refused: the pool connects only where the config said."""
+        """The request target of an address of this upstream (its path and query, or the whole
+        URL when sent to a forward proxy); an address elsewhere is a bug, refused: the pool
+        connects only where the config said."""
         assert self._pool is not None
         if Origin.of(url) != self._pool.origin:
             raise RuntimeError(f"{url!r} is not an address of {self._url!r}")
         parts = urlsplit(url)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        path = self._pool.target((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
         if len(self._paths) < MAX_PATHS:
             self._paths[url] = path
         return path
@@ -160,9 +191,16 @@ class UpstreamClient:
         except HttpClientError as exc:
             raise transport_error(exc, label) from None
         if not 200 <= resp.status < 300:
+            self._refused(resp.status, label)
             detail = parse_body(raw[:MAX_ERROR_BODY])
             raise upstream_error(resp.status, detail, resp.headers, label, self._secret)
         return raw
+
+    def _refused(self, status: int, label: str) -> None:
+        """A forward proxy's refusal (its 407) is the proxy's error, not the upstream's."""
+        refused = None if self._pool is None else self._pool.refused(status)
+        if refused is not None:
+            raise transport_error(refused, label)
 
     def document(self, raw: bytes, label: str) -> Json:
         """A 2xx answer's JSON object; an error object is the upstream's error."""
@@ -198,6 +236,7 @@ class UpstreamClient:
             raw = b""
         finally:
             resp.close()
+        self._refused(resp.status, label)
         raise upstream_error(resp.status, parse_body(raw), resp.headers, label, self._secret)
 
     async def batches(

@@ -253,12 +253,15 @@ def transport_error(exc: BaseException, label: str, answering: bool = False) -> 
             code="upstream_response_incomplete",
         )
     if isinstance(exc, http1.ConnectFailed):
-        return UpstreamUnreachable(f"{who} is unreachable: {_text(str(exc))}", target=label)
-    if isinstance(exc, http1.ConnectionClosed):
+        err = UpstreamUnreachable(f"{who} is unreachable: {_text(str(exc))}", target=label)
+    elif isinstance(exc, http1.ConnectionClosed):
         why = str(exc).partition(": TLS: ")[2]  # a TLS alert says why it closed
         said = f" (TLS: {_text(why)})" if why else ""
-        return UpstreamUnreachable(f"{who} closed the connection{said}.", target=label)
-    return UpstreamError(f"{who} request failed ({type(exc).__name__}).", target=label)
+        err = UpstreamUnreachable(f"{who} closed the connection{said}.", target=label)
+    else:
+        return UpstreamError(f"{who} request failed ({type(exc).__name__}).", target=label)
+    err.lasting = exc.lasting  # a refused certificate: no retry of this target
+    return err
 
 
 def first_byte_timeout(target: Target) -> UpstreamTimeout:

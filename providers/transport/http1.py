@@ -32,6 +32,17 @@ deadline comes sooner than it: most responses end long before it fires, and when
 it is set again for what is due then. An asyncio.timeout per request (a timer set and cancelled
 each time, twice for a JSON call, once per read of a stream) measured a tenth of the gateway's
 CPU a request.
+
+Idle connections expire: one timer per pool, set only while some connection is idle, closes each
+once it has been idle for the pool's `idle_s` (the oldest first, as they were given back), so an
+unused connection is not held open on the upstream or a proxy; a connection taken from the pool
+is checked against the same time, whatever the timer's lateness.
+
+TLS and proxies: an https origin's connections use the pool's SSL context (tls.py builds it from
+a provider's settings). Through a proxy (proxy.py), an https origin's connections are tunnels:
+CONNECT, then TLS over it, verified for the origin's host name, each tunnel pooled and reused as
+any connection; an http origin's requests go to the proxy in absolute-form. The connect timeout
+covers it all (the proxy's connection, its answer to CONNECT, the TLS handshake).
 """
 
 from __future__ import annotations
@@ -42,7 +53,6 @@ import os
 import select
 import socket
 import ssl
-import time
 import zlib
 from collections import deque
 from collections.abc import Mapping
@@ -51,6 +61,8 @@ from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
+
+from providers.transport.proxy import LASTING, BadAnswer, Opening, Proxy, connect_request, refusal
 
 READ_HIGH = 256 * 1024  # bytes buffered before the connection stops reading (backpressure)
 READ_LOW = 64 * 1024
@@ -66,11 +78,26 @@ IDLE, WAITING, BODY, DONE, FAILED = range(5)
 
 
 class HttpClientError(Exception):
-    """A request that got no complete answer: the connection, not the upstream, failed."""
+    """A request that got no complete answer: the connection, not the upstream, failed.
+    `lasting`: the same upstream would fail the same way (its certificate refused, a proxy's
+    refusal of the gateway's credentials): another try of it is no use."""
+
+    def __init__(self, message: str = "", lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 class ConnectFailed(HttpClientError):
     """No connection could be opened (its reason: the operating system's words)."""
+
+
+class ProxyRefused(ConnectFailed):
+    """The proxy refused to reach the upstream (`status`: its answer)."""
+
+    def __init__(self, proxy: Proxy, status: int, what: str) -> None:
+        why = f"its proxy {proxy.shown} refused {what}: {refusal(status)}"
+        super().__init__(why, lasting=status in LASTING)
+        self.status = status
 
 
 class ConnectTimeout(HttpClientError, TimeoutError):
@@ -259,7 +286,7 @@ class Connection(asyncio.Protocol):
         if self._phase == BODY and self._until_eof:
             self.on_message_complete()  # the body's end is the connection's
         elif self._phase == WAITING:
-            self._fail(ConnectionClosed(_closed_why(exc)))
+            self._fail(ConnectionClosed(_closed_why(exc), lasting=_lasting(exc)))
         elif self._phase == BODY:
             self._fail(ResponseIncomplete("the connection ended before the response's end"))
 
@@ -479,7 +506,7 @@ class Connection(asyncio.Protocol):
         self._decoder = None
         self._until_eof = self._keep_alive = self._encoded = False
         self._deadline = math.inf  # the timer stays: the next request's deadline may use it
-        self.idle_since = time.monotonic()
+        self.idle_since = self._loop.time()
 
     def _fail(self, error: HttpClientError) -> None:
         self._phase = FAILED
@@ -514,15 +541,15 @@ def _decoded(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
 
 # What a failed certificate check means, by OpenSSL's verify code (X509_V_ERR_*).
 CERT_PROBLEMS = {
-    2: "its certificate is signed by an unknown CA",  # unable to get issuer certificate
-    9: "its certificate is not valid yet",
-    10: "its certificate has expired",
-    18: "its certificate is self-signed and not trusted",
-    19: "its certificate is signed by an unknown CA (a self-signed CA in the chain)",
-    20: "its certificate is signed by an unknown CA",  # unable to get local issuer certificate
-    21: "its certificate is signed by an unknown CA",  # unable to verify the first certificate
-    62: "its certificate does not match the host name",
-    64: "its certificate does not match the host name",  # an IP address
+    2: "it is signed by an unknown CA",  # unable to get issuer certificate
+    9: "it is not valid yet",
+    10: "it has expired",
+    18: "it is self-signed and not trusted",
+    19: "it is signed by an unknown CA (a self-signed CA in the chain)",
+    20: "it is signed by an unknown CA",  # unable to get local issuer certificate
+    21: "it is signed by an unknown CA",  # unable to verify the first certificate
+    62: "it does not match the host name",
+    64: "it does not match the host name",  # an IP address
 }
 # TLS alerts an upstream sends when it wants a certificate from the gateway: in TLS 1.3 the
 # alert comes after the handshake, when the request is read, so it ends the connection, not the
@@ -541,8 +568,8 @@ def _why(exc: OSError) -> str:
     """Why a connection failed, in the system's words ("Connection refused"); for TLS, what
     was wrong with the upstream's certificate, or that it wants one of the gateway's."""
     if isinstance(exc, ssl.SSLCertVerificationError):
-        problem = CERT_PROBLEMS.get(exc.verify_code)
-        return f"TLS: {problem or 'its certificate failed verification'} ({exc.verify_message})"
+        problem = CERT_PROBLEMS.get(exc.verify_code, "it failed verification")
+        return f"TLS: its certificate was refused: {problem} ({exc.verify_message})"
     if isinstance(exc, ssl.SSLError):
         if exc.reason in CLIENT_CERT_ALERTS:
             return f"TLS: {CLIENT_CERT_REQUIRED} ({exc.reason})"
@@ -552,6 +579,14 @@ def _why(exc: OSError) -> str:
     if exc.errno and exc.errno > 0:
         return os.strerror(exc.errno)
     return str(exc) or type(exc).__name__
+
+
+def _lasting(exc: BaseException | None) -> bool:
+    """The upstream's certificate refused, or one of the gateway's wanted: the same upstream
+    would fail the same way on another try."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return True
+    return isinstance(exc, ssl.SSLError) and exc.reason in CLIENT_CERT_ALERTS
 
 
 def _closed_why(exc: Exception | None) -> str:
@@ -601,7 +636,10 @@ class Slots:
 class Pool:
     """Keep-alive connections to one origin, at most `limit` in use at once (a request waits
     for one beyond that), idle ones closed after `idle_s`; a response's body, decoded, at most
-    `max_body_bytes`."""
+    `max_body_bytes`. An https origin's connections use the `tls` context (the standard
+    library's default one when None). Through a `proxy`, an https origin's connections are
+    tunnels (CONNECT, then TLS over it), pooled as any other; an http origin's requests go to
+    the proxy in absolute-form (`target`)."""
 
     def __init__(
         self,
@@ -610,27 +648,51 @@ class Pool:
         limit: int,
         idle_s: float,
         max_body_bytes: int = MAX_BODY_BYTES,
+        *,
+        tls: ssl.SSLContext | None = None,
+        proxy: Proxy | None = None,
     ) -> None:
         self.origin = Origin.of(url)
         self.max_body_bytes = max_body_bytes
-        self.clock = asyncio.get_running_loop().time  # the time deadlines are given in
-        self._idle: list[Connection] = []
+        self._loop = asyncio.get_running_loop()
+        self.clock = self._loop.time  # the time deadlines are given in
+        self._idle: list[Connection] = []  # oldest first: given back in turn, reused newest first
         self._busy: set[Connection] = set()
         self._slots = Slots(limit)
         self._idle_s = idle_s
-        self._ssl = ssl.create_default_context() if self.origin.scheme == "https" else None
+        self._expiry: asyncio.TimerHandle | None = None  # set while connections are idle
+        https = self.origin.scheme == "https"
+        self._ssl = (tls or ssl.create_default_context()) if https else None
+        self.proxy = proxy
+        forwarded = proxy is not None and not https  # absolute-form requests to the proxy
+        self._prefix = f"http://{self.origin.authority}" if forwarded else ""
         announced = {"host": self.origin.authority, "accept-encoding": ", ".join(sorted(DECODED))}
+        if forwarded and proxy is not None and proxy.authorization is not None:
+            announced["proxy-authorization"] = proxy.authorization  # the proxy reads every one
         fixed = {**announced, **{k.lower(): v for k, v in headers.items()}}
         self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items()).encode("latin-1")
         self._closed = False
         self._outbox: list[tuple[asyncio.Transport, bytes]] = []  # writes held to the turn's end
 
+    def target(self, path: str) -> str:
+        """The request target of `path` ("/v1/completions?x=1"): the path itself, or, sent to a
+        forward proxy, the whole URL (absolute-form). Made once per path by the caller."""
+        return self._prefix + path
+
+    def refused(self, status: int) -> ProxyRefused | None:
+        """A forward proxy's 407 to a request sent through it: its refusal, not an answer of
+        the upstream's (which has no reason to ask for proxy credentials)."""
+        if status == 407 and self._prefix and self.proxy is not None:
+            return ProxyRefused(self.proxy, status, "to forward the request")
+        return None
+
     async def request(
         self, method: str, path: str, body: bytes, connect_s: float, deadline: float = math.inf
     ) -> Response:
-        """The response to one request, its head in by `deadline` (the loop's time), a
-        connection within `connect_s` when a new one is needed; the connection stays the
-        response's until `Response.close()`. Raises HttpClientError subclasses."""
+        """The response to one request (`path`: its target, see `target`), its head in by
+        `deadline` (the loop's time), a connection within `connect_s` when a new one is needed;
+        the connection stays the response's until `Response.close()`. Raises HttpClientError
+        subclasses."""
         head = b"%s %s HTTP/1.1\r\n%scontent-length: %d\r\n\r\n" % (
             method.encode(), path.encode(), self._fixed, len(body),
         )  # fmt: skip
@@ -648,7 +710,7 @@ class Pool:
     def post(self, transport: asyncio.Transport, data: bytes) -> None:
         """`data` written at the end of the loop's turn, with the turn's other requests."""
         if not self._outbox:
-            asyncio.get_running_loop().call_soon(self._send)
+            self._loop.call_soon(self._send)
         self._outbox.append((transport, data))
 
     def _send(self) -> None:
@@ -666,7 +728,7 @@ class Pool:
             raise ResponseTimeout("no connection of the pool came free by the deadline") from None
 
     def _reuse(self) -> Connection | None:
-        now = time.monotonic()
+        now = self.clock()
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed and now - conn.idle_since < self._idle_s and not conn.unread():
@@ -675,21 +737,67 @@ class Pool:
         return None
 
     async def _connect(self, seconds: float) -> Connection:
-        loop = asyncio.get_running_loop()
-        origin = self.origin
+        """A new connection: to the upstream, to its forward proxy, or a tunnel through its
+        proxy; all of it (a tunnel's CONNECT exchange and TLS too) within `seconds`."""
+        origin, proxy = self.origin, self.proxy
         try:
             async with asyncio.timeout(seconds):
-                _, conn = await loop.create_connection(
-                    lambda: Connection(self),
-                    origin.host,
-                    origin.port,
-                    ssl=self._ssl,
-                    server_hostname=origin.host if self._ssl is not None else None,
-                )
+                if proxy is None:
+                    return await self._open(origin.host, origin.port, self._ssl)
+                if self._ssl is None:
+                    return await self._to_proxy(proxy)
+                return await self._tunnel(proxy, self._ssl)
         except TimeoutError:
-            raise ConnectTimeout(f"no connection within {seconds:g} s") from None
+            via = "" if proxy is None else f" through its proxy {proxy.shown}"
+            raise ConnectTimeout(f"no connection{via} within {seconds:g} s") from None
         except OSError as exc:  # ssl.SSLError included
-            raise ConnectFailed(_why(exc)) from None
+            raise ConnectFailed(_why(exc), lasting=_lasting(exc)) from None
+
+    async def _open(self, host: str, port: int, tls: ssl.SSLContext | None) -> Connection:
+        _, conn = await self._loop.create_connection(
+            lambda: Connection(self),
+            host,
+            port,
+            ssl=tls,
+            server_hostname=self.origin.host if tls is not None else None,
+        )
+        return conn
+
+    async def _to_proxy(self, proxy: Proxy) -> Connection:
+        try:
+            return await self._open(proxy.host, proxy.port, None)
+        except OSError as exc:
+            raise ConnectFailed(f"its proxy {proxy.shown} is unreachable: {_why(exc)}") from None
+
+    async def _tunnel(self, proxy: Proxy, tls: ssl.SSLContext) -> Connection:
+        """CONNECT through the proxy, then TLS to the upstream over the tunnel, verified for the
+        upstream's host name (the proxy never sees inside)."""
+        request = connect_request(self.origin.host, self.origin.port, proxy)
+        try:
+            transport, opening = await self._loop.create_connection(
+                lambda: Opening(request), proxy.host, proxy.port
+            )
+        except OSError as exc:
+            raise ConnectFailed(f"its proxy {proxy.shown} is unreachable: {_why(exc)}") from None
+        try:
+            status = await opening.answered
+            if not 200 <= status < 300:
+                raise ProxyRefused(proxy, status, "the tunnel")
+            conn = Connection(self)
+            wrapped = await self._loop.start_tls(
+                transport, conn, tls, server_hostname=self.origin.host
+            )
+        except BadAnswer as exc:
+            transport.abort()
+            raise ConnectFailed(f"its proxy {proxy.shown} {exc}") from None
+        except BaseException:
+            opening.answered.cancel()  # nobody waits for it now
+            transport.abort()
+            raise
+        if wrapped is None:  # the connection ended as TLS began
+            transport.abort()
+            raise ConnectionClosed("the tunnel ended as TLS began")
+        conn.connection_made(wrapped)  # start_tls leaves that to its caller
         return conn
 
     def give_back(self, conn: Connection) -> None:
@@ -698,8 +806,23 @@ class Pool:
             self._slots.give()
         if self._closed:
             conn.abort()
-        else:
-            self._idle.append(conn)
+            return
+        self._idle.append(conn)
+        if self._expiry is None:
+            self._expiry = self._loop.call_at(conn.idle_since + self._idle_s, self._expire)
+
+    def _expire(self) -> None:
+        """Closes the connections idle for `idle_s`, the oldest first; set again for the next
+        one due while any is idle (one timer for the pool, none while none is idle)."""
+        self._expiry = None
+        due = self.clock() - self._idle_s + TIMER_SLACK_S
+        expired = 0
+        while expired < len(self._idle) and self._idle[expired].idle_since <= due:
+            expired += 1
+        for conn in self._idle[:expired]:
+            conn.abort()  # out of the pool with it (forget)
+        if self._idle and not self._closed:
+            self._expiry = self._loop.call_at(self._idle[0].idle_since + self._idle_s, self._expire)
 
     def forget(self, conn: Connection) -> None:
         if conn in self._busy:
@@ -711,5 +834,8 @@ class Pool:
     def close(self) -> None:
         """Closes the idle connections now, and those in use as their responses end."""
         self._closed = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         for conn in list(self._idle):
             conn.abort()

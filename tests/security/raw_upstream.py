@@ -4,6 +4,7 @@ sends: interim 1xx heads, oversized heads, compression bombs, TLS that refuses t
     with RawUpstream(answer) as up:      # answer(request) -> the bytes to write back
         up.url                           # http(s)://127.0.0.1:PORT/v1
         up.requests                      # every request read, in order
+        up.connections                   # connections accepted (TLS ones before the handshake)
 
 Each connection is served in a thread of its own, its requests one after the other (keep-alive),
 each answered by `answer`. A blocking socket server: the gateway under test runs in another
@@ -48,7 +49,7 @@ class RawUpstream:
         self._tls = tls
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.2)
-        self.port = self._listener.getsockname()[1]
+        self.port: int = self._listener.getsockname()[1]
         scheme = "https" if tls is not None else "http"
         self.url = f"{scheme}://127.0.0.1:{self.port}/v1"
         self.requests: list[Request] = []
@@ -57,6 +58,11 @@ class RawUpstream:
         self._connections = 0
         self._threads: list[threading.Thread] = []
         self._accepter = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def connections(self) -> int:
+        """The connections accepted so far (a TLS one counts before its handshake)."""
+        return self._connections
 
     def __enter__(self) -> RawUpstream:
         self._accepter.start()
@@ -173,10 +179,12 @@ def gateway_config(
     providers: Mapping[str, str],
     keys: Mapping[str, str],
     extra: Mapping[str, str] = MappingProxyType({}),
+    models: Mapping[str, str] = MappingProxyType({}),
 ) -> str:
     """A gateway config: each provider (name: base URL, an openai-compatible upstream) served
     as the alias of its name, to every key (id: key); `extra`: more of a provider's block, in
-    YAML flow style (", max_response_bytes: 1024")."""
+    YAML flow style (", max_response_bytes: 1024"); `models`: more aliases (name: its block in
+    flow style)."""
     lines = ["server: {host: 127.0.0.1, watch_config_s: 0}", "auth:", "  keys:"]
     lines += [f"    - {{id: {kid}, key: {key}, models: ['*']}}" for kid, key in keys.items()]
     lines.append("providers:")
@@ -185,5 +193,6 @@ def gateway_config(
         lines.append(f"  {name}: {{type: openai-compatible, base_url: '{url}'{more}}}")
     lines.append("models:")
     lines += [f"  {name}: {{targets: [{{provider: {name}, model: m}}]}}" for name in providers]
+    lines += [f"  {name}: {block}" for name, block in models.items()]
     lines.append("metrics: {enabled: false}")
     return "\n".join(lines) + "\n"

@@ -13,6 +13,11 @@ Fireworks: bare UUID ids, stop strings kept in the content (as its completions),
 `token_id`, `text_offset`); every tool call finishes "tool_calls". Streams: a first delta
 `{"role": "assistant"}`, then content or tool-call deltas, the finish_reason on the choice's last
 one, `"usage": null` on every chunk but the stream's last, which carries the usage.
+
+Azure OpenAI: OpenAI's, with its content filter's verdicts (dialect_azure.py):
+`prompt_filter_results` on the answer and `content_filter_results` on each choice; a stream's
+first event carries the prompt's verdicts alone (`choices: []`), then each chunk's choice its
+own (`{}` without content). `__filtered_output__`: each choice ends "content_filter".
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from typing import Any, ClassVar
 
 from .chat_render import CallOut, ChatChoiceOut, ChatResult
 from .chat_validate import ChatParams, parse_fireworks_chat, parse_openai_chat
+from .dialect_azure import prompt_event, prompt_filter_results, verdicts
 from .fakegen import Token
+from .magic import FILTERED_OUTPUT
 from .render import content_logprobs
 
 Json = dict[str, Any]
@@ -292,4 +299,32 @@ class FireworksChat(ChatDialect):
         return events
 
 
-CHAT_DIALECTS: dict[str, ChatDialect] = {"openai": OpenAIChat(), "fireworks": FireworksChat()}
+class AzureChat(OpenAIChat):
+    name = "azure"
+
+    def body(self, params: ChatParams, result: ChatResult) -> Json:
+        filtered = FILTERED_OUTPUT in params.prompt.text
+        out = super().body(params, result)
+        for choice in out["choices"]:
+            choice["content_filter_results"] = verdicts(filtered)
+            if filtered:
+                choice["finish_reason"] = "content_filter"
+        return {**out, "prompt_filter_results": prompt_filter_results(1)}
+
+    def stream_events(self, params: ChatParams, result: ChatResult) -> list[Json]:
+        filtered = FILTERED_OUTPUT in params.prompt.text
+        events = super().stream_events(params, result)
+        for event in events:
+            for choice in event["choices"]:
+                said = choice["delta"].get("content") or choice["delta"].get("tool_calls")
+                choice["content_filter_results"] = verdicts(filtered) if said else {}
+                if filtered and choice["finish_reason"] is not None:
+                    choice["finish_reason"] = "content_filter"
+        return [prompt_event(1), *events]
+
+
+CHAT_DIALECTS: dict[str, ChatDialect] = {
+    "openai": OpenAIChat(),
+    "fireworks": FireworksChat(),
+    "azure": AzureChat(),
+}

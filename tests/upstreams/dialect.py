@@ -1,10 +1,11 @@
-"""The dialect interface: what differs between scripted upstreams (ids, stop strings, usage
-placement in streams, log-prob formats, error shapes, extra fields, headers), with the
-OpenAI-like defaults. Dialects: dialect_openai.py, dialect_fireworks.py."""
+"""The dialect interface: what differs between scripted upstreams (addresses, keys, ids, stop
+strings, usage placement in streams, log-prob formats, error shapes, extra fields, headers), with
+the OpenAI-like defaults. Dialects: dialect_openai.py, dialect_fireworks.py, dialect_azure.py."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .errors import UpstreamError
@@ -19,6 +20,21 @@ class Dialect:
     include_stop: ClassVar[bool] = False  # stop strings stay in the returned text
     finish_separately: ClassVar[bool] = False  # stream finish_reason on its own empty chunk
     default_models: ClassVar[tuple[str, ...]] = ()
+
+    def route(self, path: str, query: Mapping[str, str], body: Any) -> Any:
+        """The body as this path serves it, or the dialect's error for an address it does not
+        have (Azure's deployments and api-versions); any prefix serves by default."""
+        return body
+
+    def check_key(self, headers: Mapping[str, str], key: str) -> None:
+        """The dialect's error unless the request carries `key` where the dialect wants it."""
+        header = headers.get("Authorization")
+        if header != f"Bearer {key}":
+            raise self.auth_error(header)
+
+    def content_filter_error(self) -> UpstreamError | None:
+        """The refusal of a prompt with `__content_filter__` (None: the dialect has none)."""
+        return None
 
     def parse(self, body: Any, window: int) -> Params:
         raise NotImplementedError

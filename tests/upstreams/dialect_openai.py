@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 import string
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from .dialect import Dialect, Json
 from .errors import SERVER_ERROR_MESSAGE, UpstreamError, openai_error, openai_status_error
@@ -131,7 +131,11 @@ def _openai_context(params: Params, window: int) -> None:
 class OpenAIDialect(Dialect):
     name = "openai"
     finish_separately = True
-    default_models = ("gpt-3.5-turbo-instruct", "davinci-002", "babbage-002")
+    default_models: ClassVar[tuple[str, ...]] = (
+        "gpt-3.5-turbo-instruct",
+        "davinci-002",
+        "babbage-002",
+    )
 
     def parse(self, body: Any, window: int) -> Params:
         return parse_openai(body, window)

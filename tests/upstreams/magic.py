@@ -11,6 +11,9 @@ Markers (anywhere in any text prompt of the request):
   __close__               drop the connection without an answer
   __eos_<k>__             the fake model emits EOS after k tokens (finish "stop"; ignore_eos
                           wins on Fireworks)
+  __content_filter__      Azure: 400 `code: content_filter` (the prompt refused); others ignore it
+  __filtered_output__     Azure: the prompt's choices end `finish_reason: "content_filter"`, their
+                          content_filter_results `filtered: true`; others ignore it
 
 Per-server scripts (`POST /__script`) let one upstream of several misbehave, which prompt
 markers cannot (every upstream sees the same prompt). A step's keys (others: 400):
@@ -35,6 +38,8 @@ _NOTJSON = re.compile(r"__notjson_(\d{3})__")
 _SLEEP = re.compile(r"__sleep_(\d+)__")
 _EOS = re.compile(r"__eos_(\d+)__")
 _CRLF = re.compile(r"[\r\n]")
+CONTENT_FILTER = "__content_filter__"
+FILTERED_OUTPUT = "__filtered_output__"  # read by the Azure dialect from each prompt's text
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ class Magic:
     midstream_error: bool = False
     slow_stream: bool = False
     close: bool = False
+    content_filter: bool = False
     # Set by /__script steps only (no marker):
     reset: bool = False
     headers: dict[str, str] = field(default_factory=dict)
@@ -71,6 +77,7 @@ def parse_magic(texts: Iterable[str]) -> Magic:
         midstream_error="__midstream_error__" in text,
         slow_stream="__slow_stream__" in text,
         close="__close__" in text,
+        content_filter=CONTENT_FILTER in text,
     )
 
 

@@ -10,7 +10,7 @@ children (uvicorn workers, vLLM's engine core) go with it.
 
 Scripted upstreams:
     with start_scripted("fireworks", api_key="k") as up:
-        up.url        # http://127.0.0.1:<port>/inference/v1 (openai: …/v1)
+        up.url        # http://127.0.0.1:<port>/inference/v1 (openai: …/v1; azure: the root)
         up.requests() # what it received; up.reset(); up.stats(); up.script({"status": 503})
 """
 
@@ -37,7 +37,9 @@ POLL_INTERVAL_S = 0.05
 STOP_TIMEOUT_S = 5.0
 OPENAI_TEST_KEY = "sk-scripted-openai"
 FIREWORKS_TEST_KEY = "fw-scripted-fireworks"
-BASE_PATHS = {"openai": "/v1", "fireworks": "/inference/v1"}
+AZURE_TEST_KEY = "az-scripted-azure"
+# Where each dialect's API is (Azure's: the resource's endpoint, the paths are its own).
+BASE_PATHS = {"openai": "/v1", "fireworks": "/inference/v1", "azure": ""}
 
 
 class ServerStartError(RuntimeError):
@@ -237,7 +239,9 @@ class ScriptedUpstream(ServerProcess):
 
     @property
     def dialect(self) -> str:
-        return "fireworks" if self.url.endswith(BASE_PATHS["fireworks"]) else "openai"
+        if self.url.endswith(BASE_PATHS["fireworks"]):
+            return "fireworks"
+        return "openai" if self.url.endswith(BASE_PATHS["openai"]) else "azure"
 
     _http: httpx.Client | None = None
 
@@ -258,7 +262,8 @@ class ScriptedUpstream(ServerProcess):
         return super().stop(timeout)
 
     def requests(self) -> list[dict[str, Any]]:
-        """Every completions request received: {seq, time, path, headers (lower-case), body}."""
+        """Every completions request received: {seq, time, path, query, headers (lower-case),
+        body, outcome}."""
         result: list[dict[str, Any]] = self._control("GET", "/__requests")
         return result
 
@@ -298,7 +303,8 @@ def start_scripted(
     timeout: float = READY_TIMEOUT_S,
     attempts: int = 3,
 ) -> ScriptedUpstream:
-    """Start a scripted upstream of `dialect` ("openai" | "fireworks") on a free port."""
+    """Start a scripted upstream of `dialect` ("openai" | "fireworks" | "azure") on a free
+    port."""
     options = {
         "api_key": api_key,
         "models": ",".join(models) if models else None,

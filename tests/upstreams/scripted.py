@@ -1,11 +1,12 @@
-"""A scripted OpenAI or Fireworks `/v1/completions` upstream (aiohttp), for end-to-end tests.
+"""A scripted OpenAI, Fireworks or Azure OpenAI `/v1/completions` upstream (aiohttp), for
+end-to-end tests.
 
-    python -m tests.upstreams.scripted --dialect {openai,fireworks} --port N
+    python -m tests.upstreams.scripted --dialect {azure,fireworks,openai} --port N
         [--host 127.0.0.1] [--api-key K] [--models a,b] [--context-window 2048]
         [--chunk-delay-ms 0]
 
 Serves POST `…/completions`, `…/chat/completions` (chat_server.py) and `…/embeddings` (any
-prefix: /v1, /inference/v1, none), GET `/v1/models`,
+prefix: /v1, /inference/v1, none; Azure's own paths: dialect_azure.py), GET `/v1/models`,
 `/v1/models/{id}` (also under /inference/v1), GET /health, and the test controls
 GET /__requests, POST /__reset, GET /__stats, POST /__script. See README.md.
 """
@@ -29,6 +30,7 @@ from . import embeddings as fake_embeddings
 from .chat_fake import message_texts
 from .control import get_model, health, list_models, requests_log, reset, script, stats
 from .dialect import Dialect
+from .dialect_azure import AzureDialect
 from .dialect_fireworks import FireworksDialect
 from .dialect_openai import OpenAIDialect
 from .errors import UpstreamError, not_json_error
@@ -42,7 +44,11 @@ SLOW_CHUNKS = 600  # __slow_stream__: 600 chunks x 100 ms = 60 s
 SLOW_DELAY_S = 0.1
 MIDSTREAM_CHUNKS = 2
 MODEL_PREFIXES = ("", "/v1", "/inference/v1")
-DIALECTS: dict[str, type[Dialect]] = {"openai": OpenAIDialect, "fireworks": FireworksDialect}
+DIALECTS: dict[str, type[Dialect]] = {
+    "openai": OpenAIDialect,
+    "fireworks": FireworksDialect,
+    "azure": AzureDialect,
+}
 
 
 # ----------------------------------------------------------------------------- embeddings
@@ -104,6 +110,7 @@ async def logged(request: web.Request, reply: React) -> web.StreamResponse:
 async def answer(
     request: web.Request, state: ServerState, body: Any, seq: int, reply: React
 ) -> web.StreamResponse:
+    body = state.dialect.route(request.path, request.query, body)  # Azure's addresses
     check_auth(state, request)
     magic = parse_magic(prompt_texts(body) or input_texts(body) or message_texts(body))
     step = state.script.take()
@@ -158,6 +165,9 @@ def fail_fast(dialect: Dialect, magic: Magic) -> None:
         raise not_json_error(magic.notjson)
     if magic.status is not None:
         raise dialect.status_error(magic.status, magic.quota)
+    refusal = dialect.content_filter_error() if magic.content_filter else None
+    if refusal is not None:
+        raise refusal
 
 
 class Dropped(asyncio.CancelledError):
@@ -329,7 +339,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dialect", required=True, choices=sorted(DIALECTS))
     ap.add_argument("--port", required=True, type=int)
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    ap.add_argument(
+        "--api-key", default=None, help="require Authorization: Bearer KEY (azure: api-key: KEY)"
+    )
     ap.add_argument(
         "--models",
         default=None,

@@ -47,6 +47,7 @@ class ServerState:
                 "time": time.time(),
                 "method": request.method,
                 "path": request.path,
+                "query": request.rel_url.raw_query_string,  # as sent ("" without one)
                 "headers": headers,
                 "body": body,
                 "outcome": None,
@@ -101,8 +102,5 @@ def error_response(exc: UpstreamError) -> web.Response:
 
 
 def check_auth(state: ServerState, request: web.Request) -> None:
-    if state.api_key is None:
-        return
-    header = request.headers.get("Authorization")
-    if header != f"Bearer {state.api_key}":
-        raise state.dialect.auth_error(header)
+    if state.api_key is not None:
+        state.dialect.check_key(request.headers, state.api_key)

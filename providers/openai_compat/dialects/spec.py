@@ -38,3 +38,10 @@ class DialectSpec:
     chat_checks: Callable[[Mapping[str, Any]], None] | None = None  # the same, for chat
     # The shapes its answers may be written in (a provider's `answer_shape`), the default first.
     answer_shapes: tuple[AnswerShape, ...] = ("openai",)
+    # Azure OpenAI's addressing: the key in an `api-key` header and, with an `api_version`, each
+    # model at its deployment's path (the provider's `api_version` and `deployments` keys).
+    azure_addressing: bool = False
+    # What the upstream adds unasked to each choice, and to the answer, passed on as it came
+    # (Azure's content filter results).
+    choice_extras: tuple[str, ...] = ()
+    answer_extras: tuple[str, ...] = ()

@@ -24,7 +24,7 @@ from providers.openai_compat.chat_normalize import (
 from providers.rules.chat import RULES
 from providers.rules.params import UNKNOWN, Action
 
-TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible")
+TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible", "azure-openai")
 HELLO = [{"role": "user", "content": "hello"}]
 
 
@@ -76,6 +76,8 @@ def test_every_chat_field_has_a_rule_in_every_dialect(tag: str) -> None:
         ("vllm-server", "mirostat_target", 5.0),
         ("vllm-server", "modalities", ["text"]),
         ("openai-compatible", "mirostat_target", 5.0),
+        ("azure-openai", "web_search_options", {}),
+        ("azure-openai", "top_k", 40),
     ],
 )
 def test_what_a_target_cannot_serve_is_a_400_naming_it(tag: str, field: str, value: Any) -> None:
@@ -483,3 +485,57 @@ def test_a_fireworks_chat_cuts_stops_and_sends_one_bound() -> None:
     assert plan.shape.stops == ("END",)
     assert plan.body["max_completion_tokens"] == 3 and "max_tokens" not in plan.body
     assert prepared("openai", stop="END").shape.stops == ()
+
+
+# ---------------------------------------------------------------- Azure's content filter
+
+VERDICTS = {"hate": {"filtered": False, "severity": "safe"}}
+FLAGGED = {"hate": {"filtered": True, "severity": "high"}}
+PROMPT_FILTER = [{"prompt_index": 0, "content_filter_results": VERDICTS}]
+AZURE = ChatNormalization(
+    "az/gpt-4o",
+    want_logprobs=False,
+    choice_extras=("stop_reason", "content_filter_results"),
+    upstream_extras=("prompt_filter_results",),
+)
+
+
+def test_azure_filter_results_pass_through_a_json_answer() -> None:
+    message = {"role": "assistant", "content": "Hi"}
+    choice = {"index": 0, "message": message, "finish_reason": "content_filter"}
+    body = {
+        "choices": [{**choice, "content_filter_results": FLAGGED}],
+        "prompt_filter_results": PROMPT_FILTER,
+    }
+    out: dict[str, Any] = dict(chat_answer(body, AZURE))
+    assert out["prompt_filter_results"] == PROMPT_FILTER
+    assert out["choices"][0]["content_filter_results"] == FLAGGED
+    assert out["choices"][0]["finish_reason"] == "content_filter"
+    plain: dict[str, Any] = dict(chat_answer(body, SHAPE))
+    assert "prompt_filter_results" not in plain
+    assert "content_filter_results" not in plain["choices"][0]
+
+
+def test_azure_stream_the_prompt_s_verdicts_ride_on_the_first_chunk() -> None:
+    norm = ChatStreamNormalizer(AZURE)
+    first = {"id": "", "object": "", "choices": [], "prompt_filter_results": PROMPT_FILTER}
+    role = {**delta(0, role="assistant", content=""), "content_filter_results": {}}
+    text = {**delta(0, content="Hi"), "content_filter_results": VERDICTS}
+    late = {**delta(0), "content_filter_results": FLAGGED}  # an asynchronous filter's
+    end = {**delta(0, "content_filter"), "content_filter_results": {}}
+    out = [*norm.feed(first), *norm.feed(event(role)), *norm.feed(event(text))]
+    out += [*norm.feed(event(late)), *norm.feed(event(end)), *norm.end()]
+    assert out == [
+        {"choices": [role], "prompt_filter_results": PROMPT_FILTER},
+        {"choices": [text]},
+        {"choices": [late]},
+        {"choices": [end]},
+    ]
+
+
+def test_azure_asks_for_usage_and_keeps_openai_s_fields() -> None:
+    plan = prepared("azure-openai", stream=True)
+    assert plan.body["stream_options"] == {"include_usage": True}
+    assert "content_filter_results" in plan.shape.choice_extras
+    assert plan.shape.upstream_extras == ("prompt_filter_results",)
+    assert plan.url == "http://127.0.0.1:9/v1/openai/v1/chat/completions"

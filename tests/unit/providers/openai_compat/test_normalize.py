@@ -516,3 +516,63 @@ def test_mean_logprob_skips_echoed_prompt() -> None:
 )
 def test_completion_room(message: str, room: int | None) -> None:
     assert completion_room(message) == room
+
+
+# ---------------------------------------------------------------- Azure's content filter
+
+VERDICTS = {"hate": {"filtered": False, "severity": "safe"}}
+FLAGGED = {"hate": {"filtered": True, "severity": "high"}}
+PROMPT_FILTER = [{"prompt_index": 0, "content_filter_results": VERDICTS}]
+AZURE = Normalization(
+    LABEL,
+    False,
+    extras=extras_for({}, ("stop_reason", "content_filter_results")),
+    upstream_extras=("prompt_filter_results",),
+)
+
+
+def test_azure_filter_results_pass_through_a_json_answer() -> None:
+    raw = {"index": 0, "text": "a", "finish_reason": "content_filter"}
+    body = {
+        "choices": [{**raw, "content_filter_results": FLAGGED}],
+        "prompt_filter_results": PROMPT_FILTER,
+    }
+    out: dict[str, Any] = dict(complete(body, AZURE))
+    choice = {**delta("a", finish="content_filter"), "content_filter_results": FLAGGED}
+    assert out["choices"] == [choice]
+    assert out["prompt_filter_results"] == PROMPT_FILTER
+    # elsewhere they are no answer's
+    plain = complete(body, Normalization(LABEL, False))
+    assert "prompt_filter_results" not in plain
+    assert "content_filter_results" not in plain["choices"][0]
+
+
+def test_azure_asked_extras_come_after_its_own() -> None:
+    mine = ("stop_reason", "content_filter_results")
+    assert extras_for({"prompt_logprobs": 1}, mine) == (*mine, "prompt_logprobs")
+
+
+def test_azure_stream_the_prompt_s_verdicts_ride_on_the_first_chunk() -> None:
+    norm = StreamNormalizer(AZURE)
+    first = {"id": "", "choices": [], "prompt_filter_results": PROMPT_FILTER}
+    assert norm.feed(first) == []
+    text = {"index": 0, "text": "Hi", "finish_reason": None, "content_filter_results": VERDICTS}
+    out = norm.feed({"choices": [text], "system_fingerprint": "fp"})
+    assert out == [
+        {
+            "choices": [{**delta("Hi"), "content_filter_results": VERDICTS}],
+            "prompt_filter_results": PROMPT_FILTER,
+            "system_fingerprint": "fp",
+        }
+    ]
+    # an asynchronous filter's verdicts come alone: they still go out; an empty delta does not
+    late = {"index": 0, "text": "", "finish_reason": None, "content_filter_results": FLAGGED}
+    assert norm.feed({"choices": [late]}) == [
+        {"choices": [{**delta(""), "content_filter_results": FLAGGED}]}
+    ]
+    empty = {"index": 0, "text": "", "finish_reason": None, "content_filter_results": {}}
+    assert norm.feed({"choices": [empty]}) == []
+    end = {"index": 0, "text": "", "finish_reason": "content_filter", "content_filter_results": {}}
+    assert norm.feed({"choices": [end]}) == [
+        {"choices": [{**delta("", finish="content_filter"), "content_filter_results": {}}]}
+    ]

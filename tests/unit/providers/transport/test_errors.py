@@ -24,6 +24,7 @@ from providers.transport.errors import (
     transport_error,
     upstream_error,
 )
+from providers.transport.proxy import Proxy
 from providers.transport.sse import SSEDecoder
 
 LABEL = "fireworks/accounts/x/models/y"
@@ -267,6 +268,26 @@ def test_transport_errors() -> None:
         assert e.message == f"Upstream {LABEL} broke off its response before the end."
     e = transport_error(http1.HttpClientError("odd"), LABEL)
     assert e.message == f"Upstream {LABEL} request failed (HttpClientError)."
+
+
+def test_a_lasting_failure_is_marked_so() -> None:
+    """A refused certificate, or a proxy's refusal of the gateway's credentials: not worth
+    another try of the same target (gateway.routing.retry reads `lasting`)."""
+    refused = "TLS: its certificate was refused: it has expired (certificate has expired)"
+    e = transport_error(http1.ConnectFailed(refused, lasting=True), LABEL)
+    assert (type(e), e.lasting) == (UpstreamUnreachable, True)
+    assert e.message == f"Upstream {LABEL} is unreachable: {refused}"
+    wants = "the connection ended before the response began: TLS: it requires a client certificate"
+    assert transport_error(http1.ConnectionClosed(wants, lasting=True), LABEL).lasting
+    assert not transport_error(http1.ConnectFailed("Connection refused"), LABEL).lasting
+    proxy = Proxy.of("http://user:secret@proxy.corp:3128")
+    e = transport_error(http1.ProxyRefused(proxy, 407, "the tunnel"), LABEL)
+    assert e.lasting and e.status == 502
+    assert e.message == (
+        f"Upstream {LABEL} is unreachable: its proxy http://proxy.corp:3128 refused the tunnel: "
+        "407 (proxy authentication required)"
+    )
+    assert not transport_error(http1.ProxyRefused(proxy, 502, "the tunnel"), LABEL).lasting
 
 
 # ---------------------------------------------------------------- SSE decoding

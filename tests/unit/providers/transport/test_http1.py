@@ -231,6 +231,28 @@ async def test_idle_connections_expire(server: Server) -> None:
     assert server.connections == 2
 
 
+async def test_idle_connections_are_closed_when_they_expire(server: Server) -> None:
+    pool = use(server, answering(server, json_answer(b"{}"), json_answer(b"{}")), idle_s=0.05)
+    first, second = await post(pool), await post(pool)  # two connections
+    await whole(first)
+    await whole(second)
+    assert len(pool._idle) == 2 and pool._expiry is not None  # one timer for the pool
+    async with asyncio.timeout(DEADLINE_S):
+        await server.gone.wait()  # the upstream sees the pool close one, unasked
+        while pool._idle:  # noqa: ASYNC110 - the other's close has no event of its own
+            await asyncio.sleep(0.01)
+    assert pool._expiry is None  # nothing idle: no timer
+
+
+async def test_a_connection_reused_before_it_expires_is_kept(server: Server) -> None:
+    pool = use(server, answering(server, *(json_answer(b"{}") for _ in range(3))), idle_s=30.0)
+    for _ in range(3):
+        await whole(await post(pool))
+    assert server.connections == 1 and len(pool._idle) == 1
+    pool.close()
+    assert pool._expiry is None
+
+
 async def test_a_connection_the_upstream_closed_while_idle_is_not_used(server: Server) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.request(reader)

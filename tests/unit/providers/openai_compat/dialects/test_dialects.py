@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 import orjson
 import pytest
 
+from core.chat import validate_chat
 from core.completions import FIELDS, SUB_FIELDS, VLLM_FIELDS, RequestLimits, validate_completion
+from core.embeddings import validate_embedding
 from core.errors import ConfigError, InvalidRequest, UnsupportedParameter
 from core.provider import Target
 from providers.openai_compat import OpenAICompatProvider
@@ -15,7 +18,7 @@ from providers.openai_compat.adapter import UpstreamCompletion
 from providers.openai_compat.dialects import DIALECTS
 from providers.rules.params import DROP, EMULATE, REJECT, UNKNOWN, Action, apply_rules, passes
 
-TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible")
+TAGS = ("openai", "fireworks", "vllm-server", "openai-compatible", "azure-openai")
 
 
 def request(**fields: Any) -> Any:
@@ -93,6 +96,15 @@ EXPECTED: dict[str, dict[str, Action]] = {
         "context_length_exceeded_behavior": Action.EMULATE,
         UNKNOWN: Action.PASS,
     },
+    "azure-openai": {  # OpenAI's API, served by Microsoft
+        "best_of": Action.PASS,
+        "suffix": Action.PASS,
+        "top_k": Action.REJECT,
+        "mirostat_target": Action.REJECT,
+        "response_format": Action.REJECT,
+        "context_length_exceeded_behavior": Action.EMULATE,
+        UNKNOWN: Action.REJECT,
+    },
 }
 
 
@@ -109,6 +121,7 @@ VLLM_EXTRA_ACTIONS = {
     "fireworks": Action.REJECT,
     "vllm-server": Action.PASS,
     "openai-compatible": Action.PASS,
+    "azure-openai": Action.REJECT,
 }
 
 
@@ -165,7 +178,7 @@ def test_flags() -> None:
         True,
         True,
     )
-    for tag in ("openai", "vllm-server", "openai-compatible"):
+    for tag in ("openai", "vllm-server", "openai-compatible", "azure-openai"):
         spec = DIALECTS[tag]
         flags = (spec.stop_may_be_included, spec.usage_on_last_chunk)
         assert flags == (False, False)
@@ -269,7 +282,7 @@ def test_body_basics() -> None:
 
 
 def test_stream_always_asks_for_usage_except_fireworks() -> None:
-    for tag in ("openai", "vllm-server", "openai-compatible"):
+    for tag in ("openai", "vllm-server", "openai-compatible", "azure-openai"):
         body = body_of(tag, stream=True)
         assert body["stream_options"] == {"include_usage": True}
         body = body_of(tag, stream=True, stream_options={"include_usage": False})
@@ -408,7 +421,8 @@ BAD_CONFIG: list[tuple[dict[str, Any], str]] = [
     ({"base_url": None}, "providers.p.base_url"),
     ({"base_url": "ftp://x/v1"}, "providers.p.base_url"),
     ({"base_url": "http:///v1"}, "providers.p.base_url"),
-    ({"base_url": "http://x/v1?api-version=1"}, "providers.p.base_url"),
+    ({"base_url": "http://x/v1#top"}, "providers.p.base_url"),
+    ({"base_url": "http://x/v1?a=b c"}, "providers.p.base_url"),
     ({"base_url": "http://u:p@x/v1"}, "providers.p.base_url"),
     ({"api_key": 5}, "providers.p.api_key"),
     ({"api_key": "sk 1"}, "providers.p.api_key"),
@@ -423,6 +437,8 @@ BAD_CONFIG: list[tuple[dict[str, Any], str]] = [
     ({"connect_timeout_s": "1"}, "providers.p.connect_timeout_s"),
     ({"connect_timeout_s": 0}, "providers.p.connect_timeout_s"),
     ({"model": "x"}, "providers.p.model"),
+    ({"api_version": "2024-10-21"}, "providers.p.api_version"),  # Azure's only
+    ({"deployments": {"m": "d"}}, "providers.p.deployments"),
 ]
 
 
@@ -440,8 +456,180 @@ def test_unknown_type_tag() -> None:
     assert exc.value.path == "providers.p.type"
 
 
+def test_a_base_url_query_is_kept_on_every_call() -> None:
+    p = OpenAICompatProvider.from_config(
+        "v",
+        "vllm-server",
+        {"base_url": "https://x/v1/?tenant=a&b=%20c"},
+        "providers.v",
+    )
+    query = "?tenant=a&b=%20c"
+    urls = (
+        p.prepare(request(), target()).state.url,
+        p.prepare_chat(chat_request(), target()).state.url,
+        p.prepare_embedding(embedding_request(), target()).state.url,
+    )
+    assert urls == (
+        f"https://x/v1/completions{query}",
+        f"https://x/v1/chat/completions{query}",
+        f"https://x/v1/embeddings{query}",
+    )
+    guard = p._guard
+    assert guard is not None
+    assert (guard._models_url, guard._tokenize_url) == (
+        f"https://x/v1/models{query}",
+        f"https://x/tokenize{query}",
+    )
+
+
 def test_empty_api_key_sends_no_authorization() -> None:
     p = OpenAICompatProvider.from_config(
         "p", "vllm-server", {"base_url": "http://x/v1", "api_key": ""}, "providers.p"
     )
     assert "authorization" not in p._client._headers
+
+
+# ---------------------------------------------------------------- Azure OpenAI
+
+AZURE = "https://my-resource.openai.azure.com"
+
+
+def azure(**block: Any) -> OpenAICompatProvider:
+    settings = {"type": "azure-openai", "base_url": AZURE, "api_key": "az-key", **block}
+    return OpenAICompatProvider.from_config("az", "azure-openai", settings, "providers.az")
+
+
+def chat_request(**fields: Any) -> Any:
+    messages = [{"role": "user", "content": "hi"}]
+    return validate_chat({"model": "alias", "messages": messages, **fields}, RequestLimits())
+
+
+def embedding_request() -> Any:
+    return validate_embedding({"model": "alias", "input": "hi"})
+
+
+def all_urls(p: OpenAICompatProvider, model: str) -> tuple[str, str, str]:
+    t = Target("alias", p.name, model, 30.0)
+    return (
+        p.prepare(request(), t).state.url,
+        p.prepare_chat(chat_request(), t).state.url,
+        p.prepare_embedding(embedding_request(), t).state.url,
+    )
+
+
+def test_azure_deployments_with_the_api_version_and_the_api_key_header() -> None:
+    p = azure(api_version="2024-10-21", deployments={"gpt-4o-mini": "my-gpt4o-mini"})
+    version = "?api-version=2024-10-21"
+    root = f"{AZURE}/openai/deployments/my-gpt4o-mini"
+    assert all_urls(p, "gpt-4o-mini") == (
+        f"{root}/completions{version}",
+        f"{root}/chat/completions{version}",
+        f"{root}/embeddings{version}",
+    )
+    headers = p._client._headers
+    assert headers["api-key"] == "az-key" and "authorization" not in headers
+
+
+def test_azure_keeps_the_base_url_query_beside_the_api_version() -> None:
+    p = azure(
+        base_url=AZURE + "/?tenant=a", api_version="2025-04-01-preview", deployments={"m": "d"}
+    )
+    completions, _, _ = all_urls(p, "m")
+    assert completions == (
+        f"{AZURE}/openai/deployments/d/completions?tenant=a&api-version=2025-04-01-preview"
+    )
+
+
+def test_azure_reads_an_unquoted_yaml_date_as_the_api_version() -> None:
+    p = azure(api_version=date(2024, 10, 21), deployments={"m": "d"})
+    assert all_urls(p, "m")[0].endswith("/openai/deployments/d/completions?api-version=2024-10-21")
+
+
+def test_azure_v1_without_an_api_version() -> None:
+    p = azure()
+    assert all_urls(p, "my-deployment") == (
+        f"{AZURE}/openai/v1/completions",
+        f"{AZURE}/openai/v1/chat/completions",
+        f"{AZURE}/openai/v1/embeddings",
+    )
+    body = orjson.loads(p.prepare(request(), Target("a", "az", "my-deployment", 5.0)).state.payload)
+    assert body["model"] == "my-deployment"  # the v1 API takes the deployment as the model
+    p = azure(base_url=AZURE + "?tenant=a")
+    assert all_urls(p, "m")[1] == f"{AZURE}/openai/v1/chat/completions?tenant=a"
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat", "embeddings"])
+def test_azure_a_model_without_a_deployment_is_a_400_naming_it(endpoint: str) -> None:
+    p = azure(api_version="2024-10-21", deployments={"gpt-4o-mini": "d"})
+    t = Target("alias", "az", "gpt-4o", 30.0)
+    with pytest.raises(InvalidRequest) as exc:
+        if endpoint == "completions":
+            p.prepare(request(), t)
+        elif endpoint == "chat":
+            p.prepare_chat(chat_request(), t)
+        else:
+            p.prepare_embedding(embedding_request(), t)
+    err = exc.value
+    assert (err.status, err.param) == (400, "model")
+    assert "'gpt-4o'" in err.message and "providers.az.deployments" in err.message
+
+
+def test_azure_keeps_the_content_filter_results() -> None:
+    spec = DIALECTS["azure-openai"]
+    assert spec.azure_addressing and spec.answer_extras == ("prompt_filter_results",)
+    p = azure()
+    shape = p.prepare(request(), target()).state.shape
+    assert "content_filter_results" in shape.extras and "stop_reason" in shape.extras
+    assert shape.upstream_extras == ("prompt_filter_results",)
+    chat_shape = p.prepare_chat(chat_request(), target()).state.shape
+    assert "content_filter_results" in chat_shape.choice_extras
+    assert chat_shape.upstream_extras == ("prompt_filter_results",)
+    # nothing of it for the others
+    plain = provider("openai").prepare(request(), target()).state.shape
+    assert plain.extras == ("stop_reason",) and plain.upstream_extras == ()
+
+
+def test_azure_refuses_web_search_by_name() -> None:
+    with pytest.raises(UnsupportedParameter) as exc:
+        azure().prepare_chat(chat_request(web_search_options={}), target())
+    assert exc.value.param == "web_search_options"
+    assert "Azure" in exc.value.message
+
+
+AZURE_BAD_CONFIG: list[tuple[dict[str, Any], str, str]] = [
+    ({"api_version": "v1"}, "providers.az.api_version", "api-version"),
+    ({"api_version": 2024}, "providers.az.api_version", "api-version"),
+    ({"api_version": "2024-10-21"}, "providers.az.deployments", "required"),
+    ({"api_version": "2024-10-21", "deployments": {}}, "providers.az.deployments", "required"),
+    ({"api_version": "2024-10-21", "deployments": ["d"]}, "providers.az.deployments", "required"),
+    (
+        {"api_version": "2024-10-21", "deployments": {"m": "a/b"}},
+        "providers.az.deployments.m",
+        "deployment",
+    ),
+    ({"api_version": "2024-10-21", "deployments": {"m": 3}}, "providers.az.deployments.m", "name"),
+    ({"deployments": {"m": "d"}}, "providers.az.deployments", "only with api_version"),
+    ({"base_url": AZURE + "/openai/v1"}, "providers.az.base_url", "resource's endpoint"),
+    ({"base_url": AZURE + "/openai/"}, "providers.az.base_url", "resource's endpoint"),
+    (
+        {"base_url": AZURE + "?api-version=1", "api_version": "2024-10-21", "deployments": {}},
+        "providers.az.base_url",
+        "api_version",
+    ),
+    ({"headers": {"Api-Key": "other"}}, "providers.az.headers.Api-Key", "conflicts"),
+    ({"context_window": 5}, "providers.az.context_window", "unknown key"),
+]
+
+
+@pytest.mark.parametrize(("block", "path", "words"), AZURE_BAD_CONFIG)
+def test_azure_bad_config_names_the_path(block: dict[str, Any], path: str, words: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        azure(**block)
+    assert exc.value.path == path
+    assert words in exc.value.message
+
+
+def test_azure_may_carry_an_entra_token_instead_of_a_key() -> None:
+    p = azure(api_key=None, headers={"Authorization": "Bearer entra-token"})
+    assert p._client._headers["authorization"] == "Bearer entra-token"
+    assert "api-key" not in p._client._headers
