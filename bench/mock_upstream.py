@@ -14,8 +14,14 @@ being the bottleneck of anything it is measured against.
                            OpenAI's base64 of little-endian float32 when asked)
     GET  /health           200
     GET  /v1/models        the one mock model
+    GET  /stats            the connections accepted (by TLS version, over TLS) and the POST
+                           requests answered since the start, as JSON
+
+With --tls-cert (a PEM with the certificate chain, and the key unless --tls-key names it) it
+serves HTTPS only, on the same port: the benchmark's TLS scenario.
 
 Run: python bench/mock_upstream.py --port 9001 [--chunks 64] [--dims 1536]
+     [--tls-cert cert.pem [--tls-key key.pem]]
 """
 
 from __future__ import annotations
@@ -28,10 +34,12 @@ import itertools
 import json
 import math
 import socket
+import ssl
 import struct
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 try:
@@ -68,6 +76,19 @@ class Head:
     keep_alive: bool
     length: int
     expect_continue: bool
+
+
+@dataclass(slots=True)
+class Stats:
+    """What GET /stats reports: counted once a connection, and once a POST answered."""
+
+    connections: int = 0
+    tls: Counter[str] = field(default_factory=Counter)  # TLS version → connections
+    requests: int = 0
+
+    def render(self) -> bytes:
+        return http_response(200, dumps({"connections": self.connections, "tls": dict(self.tls),
+                                         "requests": self.requests}))  # fmt: skip
 
 
 class BadRequest(Exception):
@@ -300,14 +321,19 @@ def parse_length(value: bytes) -> int:
 
 
 class MockProtocol(asyncio.Protocol):
-    def __init__(self, renderer: Renderer) -> None:
+    def __init__(self, renderer: Renderer, stats: Stats) -> None:
         self.renderer = renderer
+        self.stats = stats
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.head: Head | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.stats.connections += 1
+        tls = transport.get_extra_info("ssl_object")  # made once the handshake is done
+        if tls is not None:
+            self.stats.tls[tls.version() or "unknown"] += 1
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -372,9 +398,12 @@ class MockProtocol(asyncio.Protocol):
                 return error_response(400, "body is not valid JSON")
             if not isinstance(request, dict):
                 return error_response(400, "body must be a JSON object")
+            self.stats.requests += 1
             return handler(self.renderer, request)
         if head.path in (b"/health", b"/v1/health"):
             return http_response(200, b'{"status":"ok"}')
+        if head.path == b"/stats":
+            return self.stats.render()
         if head.path == b"/v1/models":
             return self.renderer.models()
         return error_response(404, f"no route {head.path.decode(errors='replace')}")
@@ -423,13 +452,24 @@ def input_count(value: Any) -> int | None:
     return 1 if isinstance(value[0], int) else len(value)
 
 
-async def serve(host: str, port: int, chunks: int, dims: int) -> None:
+def server_context(cert: str, key: str | None) -> ssl.SSLContext:
+    """HTTPS with the certificate given (the library's defaults: TLS 1.2 or later)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+async def serve(
+    host: str, port: int, chunks: int, dims: int, tls: ssl.SSLContext | None = None
+) -> None:
     loop = asyncio.get_running_loop()
-    renderer = Renderer(chunks, dims)
+    renderer, stats = Renderer(chunks, dims), Stats()
     server = await loop.create_server(
-        lambda: MockProtocol(renderer), host, port, reuse_address=True, backlog=4096
-    )
-    print(f"mock upstream listening on http://{host}:{port}", flush=True)
+        lambda: MockProtocol(renderer, stats), host, port, reuse_address=True, backlog=4096,
+        ssl=tls,
+    )  # fmt: skip
+    scheme = "http" if tls is None else "https"
+    print(f"mock upstream listening on {scheme}://{host}:{port}", flush=True)
     async with server:
         await server.serve_forever()
 
@@ -449,9 +489,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=9001)
     parser.add_argument("--chunks", type=int, default=64, help="content chunks per stream")
     parser.add_argument("--dims", type=int, default=DEFAULT_DIMS, help="floats per embedding")
+    parser.add_argument("--tls-cert", help="serve HTTPS: PEM certificate chain (and key)")
+    parser.add_argument("--tls-key", help="the certificate's key, when not in --tls-cert")
     args = parser.parse_args(argv)
+    if args.tls_key is not None and args.tls_cert is None:
+        parser.error("--tls-key needs --tls-cert")
+    tls = None if args.tls_cert is None else server_context(args.tls_cert, args.tls_key)
     with contextlib.suppress(KeyboardInterrupt):
-        run(lambda: serve(args.host, args.port, args.chunks, args.dims))
+        run(lambda: serve(args.host, args.port, args.chunks, args.dims, tls))
 
 
 if __name__ == "__main__":

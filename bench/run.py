@@ -17,6 +17,11 @@ for each scenario it runs a warm-up and a measured wrk run against each target:
     embeddings-float  the same with floats (each array checked to hold numbers, relayed as written)
     chat        32 connections, POST /v1/chat/completions: requests/s and the ratio to direct
     chat-streaming   8 connections, 64-chunk chat streams: requests/s and p50
+    throughput-tls   throughput with the upstream over TLS: a second mock serving HTTPS with a
+                certificate from a test CA made at the start (trustme), the gateway's alias
+                `bench-model-tls` routed to it with the CA as its provider's `tls.ca_file`
+                (verified), and direct = wrk to that mock over https; requests/s, the ratio to
+                that direct and to the plain gateway's throughput. Run last, no budget
 
 Budgets are held against direct; where the raw floor itself misses one on the machine at hand,
 the bench says so and reports the gateway's share of the floor instead (FLOOR, not FAIL).
@@ -37,6 +42,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -46,7 +52,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
@@ -71,6 +78,7 @@ WORKERS = 2  # the scaled targets' workers
 CHAT = "chat/completions"
 MOCK_MODELS = {"completions": "mock-model", CHAT: "mock-model", "embeddings": "mock-embed"}
 GATEWAY_MODELS = {"completions": "bench-model", CHAT: "bench-model", "embeddings": "bench-embed"}
+GATEWAY_TLS_MODELS = {"completions": "bench-model-tls", CHAT: "bench-model-tls"}
 CHAT_MESSAGES = ({"role": "user", "content": "Say this is a test"},)
 EMBED_INPUTS = tuple(f"The quick brown fox number {i} jumps over the lazy dog." for i in range(16))
 MAX_ADDED_P50_MS = 0.25
@@ -85,8 +93,15 @@ class Scenario:
     stream: bool = False
     endpoint: str = "completions"  # POST /v1/<endpoint>
     encoding: str = "float"  # embeddings' encoding_format
+    tls: bool = False  # the gateway's upstream (and direct) over TLS: the HTTPS mock's targets
+
+    @property
+    def plain(self) -> str:
+        """The scenario this one is the TLS variant of (itself when plain)."""
+        return self.name.removesuffix(TLS_SUFFIX) if self.tls else self.name
 
 
+TLS_SUFFIX = "-tls"
 SCENARIOS = (
     Scenario("latency", threads=1, connections=1),
     Scenario("throughput", threads=2, connections=32),
@@ -101,6 +116,11 @@ STREAMING = SCENARIOS[2]
 THROUGHPUT_SCENARIOS = {"throughput": "throughput", "chat": "chat throughput"}
 STREAMING_SCENARIOS = {"streaming": "streams", "chat-streaming": "chat streams"}
 SCALED = "throughput"  # the scenario also run against the 2-worker targets
+# The TLS scenarios: run by this script only (after the plain ones, on the same gateway, whose
+# config holds the HTTPS mock's alias), not by the benches that take SCENARIOS (ab.py, …).
+TLS_SCENARIOS = (Scenario("throughput-tls", threads=2, connections=32, tls=True),)
+ALL_SCENARIOS = SCENARIOS + TLS_SCENARIOS
+TLS_NAMES = frozenset(s.name for s in TLS_SCENARIOS)
 # The 1-worker targets beside direct, and the scaled ones (the gateway's and the floor's).
 # The pass-throughs of bench/passthrough.py: on the gateway's own client, and the raw one on
 # each client library it was chosen over.
@@ -122,9 +142,13 @@ class Target:
     models: dict[str, str]  # endpoint → the model to ask for there
     authorization: str
     pid: int
+    ca_file: str | None = None  # an https root's CA (the bench's test CA)
 
     def url(self, endpoint: str) -> str:
         return f"{self.root}/v1/{endpoint}"
+
+    def context(self) -> ssl.SSLContext | None:
+        return None if self.ca_file is None else ssl.create_default_context(cafile=self.ca_file)
 
 
 @dataclass
@@ -196,14 +220,24 @@ def free_port() -> int:
         return port
 
 
-def wait_ready(url: str, procs: Processes, name: str, timeout: float = READY_TIMEOUT_S) -> None:
-    """Polls url until it answers 200; fails fast if the process exits."""
+def wait_ready(
+    url: str,
+    procs: Processes,
+    name: str,
+    timeout: float = READY_TIMEOUT_S,
+    context: ssl.SSLContext | None = None,
+) -> None:
+    """Polls url until it answers 200 (https: verified with `context`); fails fast if the
+    process exits."""
     proc = procs.procs[name]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise BenchError(f"{name} exited with {proc.returncode}:\n{procs.log_tail(name)}")
-        with suppress(OSError), urllib.request.urlopen(url, timeout=1.0) as response:
+        with (
+            suppress(OSError),
+            urllib.request.urlopen(url, timeout=1.0, context=context) as response,
+        ):
             if response.status == 200:
                 return
         time.sleep(0.02)
@@ -324,7 +358,7 @@ def probe(target: Target, scenario: Scenario, tmp: Path) -> None:
     url = target.url(scenario.endpoint)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=target.context()) as response:
             text = response.read().decode(errors="replace")
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
@@ -467,8 +501,33 @@ def scaling_budgets(compared: Compared) -> list[dict[str, Any]]:
     return [check(name, f"{mine:.2f}x", f">= {MIN_SCALING}x", mine >= MIN_SCALING, share)]
 
 
-def versus(run: Run, compared: dict[str, dict[str, dict[str, float]]]) -> str:
+def tls_ratios(runs: list[Run]) -> dict[str, dict[str, float]]:
+    """Each TLS scenario's direct and gateway against the same target in its plain scenario
+    (requests/s), where both ran."""
+    by = index(runs)
+    out: dict[str, dict[str, float]] = {}
+    for scenario in TLS_SCENARIOS:
+        for target in ("direct", "gateway"):
+            tls, plain = by.get((scenario.name, target)), by.get((scenario.plain, target))
+            if tls is not None and plain is not None:
+                ratio = round(tls.requests_per_s / plain.requests_per_s, 4)
+                out.setdefault(scenario.name, {})[target] = ratio
+    return out
+
+
+def versus(
+    run: Run,
+    compared: dict[str, dict[str, dict[str, float]]],
+    over_plain: dict[str, dict[str, float]] | None = None,
+) -> str:
+    """The run against direct; a TLS run's also against its plain scenario's (`tls_ratios`)."""
+    plain = (over_plain or {}).get(run.scenario, {}).get(run.target)
     c = compared.get(run.target, {}).get(run.scenario)
+    if run.scenario in TLS_NAMES:
+        parts = [] if c is None else [f"{100 * c['throughput_ratio']:.1f}% of direct req/s"]
+        if plain is not None:
+            parts.append(f"{100 * plain:.1f}% of the plain {run.target}'s")
+        return "; ".join(parts)
     if c is None:
         return ""
     ratio = f"{100 * c['throughput_ratio']:.1f}% of direct req/s"
@@ -493,20 +552,31 @@ def contention_warnings(runs: list[Run]) -> list[str]:
     return warnings
 
 
+def beside_plain(runs: list[Run]) -> list[Run]:
+    """The runs in the table's order: each TLS scenario's right after its plain one."""
+    order = {s.name: i for i, s in enumerate(SCENARIOS)}
+    tls = {s.name: order.get(s.plain, len(order)) for s in TLS_SCENARIOS}
+    return sorted(runs, key=lambda run: (tls.get(run.scenario, order.get(run.scenario, -1)),
+                                         run.scenario in tls))  # fmt: skip
+
+
 def markdown(
-    runs: list[Run], compared: dict[str, dict[str, dict[str, float]]], env: dict[str, Any]
+    runs: list[Run],
+    compared: dict[str, dict[str, dict[str, float]]],
+    env: dict[str, Any],
+    over_plain: dict[str, dict[str, float]] | None = None,
 ) -> str:
     lines = [
         "| scenario | target | req/s | p50 ms | p99 ms | server CPU | vs direct |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
-    for run in runs:
+    for run in beside_plain(runs):
         label = f"{run.scenario}, {run.connections} conn"
         cpu = " + ".join(f"{name} {value:.0f}%" for name, value in run.cpu_percent.items())
         lines.append(
             f"| {label} | {run.target} | {run.requests_per_s:,.0f} | "
             f"{run.latency_ms['p50']:.3f} | {run.latency_ms['p99']:.3f} | {cpu} | "
-            f"{versus(run, compared)} |"
+            f"{versus(run, compared, over_plain)} |"
         )
     lines.append("")
     lines.append(
@@ -519,6 +589,13 @@ def markdown(
         f"checked and rendered); all under uvicorn (bench/passthrough.py); -{WORKERS}w: "
         f"{WORKERS} workers."
     )
+    if any(run.scenario in TLS_NAMES for run in runs):
+        lines[-1] += (
+            " -tls: the upstream over TLS, a second mock serving HTTPS with a certificate of a "
+            "test CA (the gateway's provider trusts it by tls.ca_file and verifies it), direct = "
+            "wrk to that mock over https; the same gateway process, its alias bench-model-tls; "
+            "no budget."
+        )
     return "\n".join(lines)
 
 
@@ -545,7 +622,20 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------- orchestration
 
 
-def write_config(tmp: Path, gateway_port: int, mock_port: int) -> Path:
+def write_config(
+    tmp: Path, gateway_port: int, mock_port: int, tls_mock: Target | None = None
+) -> Path:
+    """The gateway's config; with `tls_mock` (the HTTPS mock), its provider `mock-tls` (the
+    bench's CA in `tls.ca_file`) and the alias `bench-model-tls` on it."""
+    tls_provider = tls_model = ""
+    if tls_mock is not None:
+        assert tls_mock.ca_file is not None
+        base_url, ca_file = json.dumps(f"{tls_mock.root}/v1"), json.dumps(tls_mock.ca_file)
+        tls_provider = (
+            f"  mock-tls: {{type: openai-compatible, base_url: {base_url}, "
+            f"tls: {{ca_file: {ca_file}}}}}\n"
+        )
+        tls_model = "  bench-model-tls: {targets: [{provider: mock-tls, model: mock-model}]}\n"
     path = tmp / "gateway.yaml"
     path.write_text(
         f"server: {{host: {HOST}, port: {gateway_port}}}\n"
@@ -555,11 +645,13 @@ def write_config(tmp: Path, gateway_port: int, mock_port: int) -> Path:
         "providers:\n"
         f'  mock: {{type: openai-compatible, base_url: "http://{HOST}:{mock_port}/v1"}}\n'
         f'  mock-openai: {{type: openai, base_url: "http://{HOST}:{mock_port}/v1"}}\n'
+        f"{tls_provider}"
         "models:\n"
         "  bench-model: {targets: [{provider: mock, model: mock-model}]}\n"
         "  bench-embed:\n"
         "    endpoint: embeddings\n"
         "    targets: [{provider: mock-openai, model: mock-embed}]\n"
+        f"{tls_model}"
     )
     return path
 
@@ -572,13 +664,69 @@ def gateway_command(template: str, config: Path, port: int, workers: int = 1) ->
     return [part.format(**values) for part in shlex.split(template)]
 
 
-def start_mock(procs: Processes, chunks: int) -> Target:
+@dataclass(frozen=True)
+class BenchCa:
+    """The TLS scenarios' files: a test CA's certificate, and the HTTPS mock's certificate for
+    127.0.0.1 (with its key) that the CA signed."""
+
+    ca_file: Path
+    cert_file: Path
+
+
+def make_ca(tmp: Path) -> BenchCa:
+    """A fresh test CA (trustme) in the bench's temporary directory."""
+    try:
+        import trustme
+    except ImportError as exc:
+        raise BenchError("the TLS scenarios need trustme: pip install trustme") from exc
+    ca = trustme.CA(organization_name="gateway bench")
+    files = BenchCa(tmp / "bench-ca.pem", tmp / "mock-tls.pem")
+    ca.cert_pem.write_to_path(str(files.ca_file))
+    ca.issue_cert(HOST).private_key_and_cert_chain_pem.write_to_path(str(files.cert_file))
+    return files
+
+
+def start_mock(procs: Processes, chunks: int, ca: BenchCa | None = None) -> Target:
+    """The mock upstream; with `ca`, the HTTPS one (`mock-tls`), its CA in the target."""
     port = free_port()
     script = str(BENCH_DIR / "mock_upstream.py")
     cmd = [sys.executable, script, "--host", HOST, "--port", str(port), "--chunks", str(chunks)]
-    proc = procs.start("mock", cmd)
-    wait_ready(f"http://{HOST}:{port}/health", procs, "mock")
-    return Target("direct", f"http://{HOST}:{port}", MOCK_MODELS, "", proc.pid)
+    name, scheme, ca_file = "mock", "http", None
+    if ca is not None:
+        name, scheme, ca_file = "mock-tls", "https", str(ca.ca_file)
+        cmd += ["--tls-cert", str(ca.cert_file)]
+    proc = procs.start(name, cmd)
+    target = Target("direct", f"{scheme}://{HOST}:{port}", MOCK_MODELS, "", proc.pid, ca_file)
+    wait_ready(f"{target.root}/health", procs, name, context=target.context())
+    return target
+
+
+def mock_stats(mock: Target) -> dict[str, Any]:
+    """The mock's GET /stats (this request's own connection counted in)."""
+    url = f"{mock.root}/stats"
+    with urllib.request.urlopen(url, timeout=10, context=mock.context()) as response:
+        stats: dict[str, Any] = json.loads(response.read())
+        return stats
+
+
+def upstream_seen(run: Run, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What the HTTPS mock saw during a TLS run (its warm-up included): every connection over
+    TLS, and at least the requests wrk counted, else BenchError (the load did not reach it)."""
+    requests = after["requests"] - before["requests"]
+    connections = after["connections"] - before["connections"] - 1  # less the /stats call's
+    if sum(after["tls"].values()) != after["connections"]:
+        raise BenchError(f"the HTTPS mock saw connections without TLS: {after}")
+    if requests < run.requests:
+        raise BenchError(
+            f"{run.scenario} {run.target}: the HTTPS mock answered {requests} requests, wrk "
+            f"counted {run.requests}: the load did not all go over TLS to it"
+        )
+    return {
+        "scenario": run.scenario,
+        "target": run.target,
+        "upstream_requests": requests,
+        "upstream_new_tls_connections": connections,
+    }
 
 
 def start_passthrough(procs: Processes, mock: Target, name: str, workers: int = 1) -> Target:
@@ -615,54 +763,77 @@ def start_gateway(
     name: str,
     workers: int = 1,
     extra: tuple[str, ...] = (),
+    tls_mock: Target | None = None,
 ) -> Target:
+    """A gateway on the mock at `mock_url` (and with `tls_mock`, on the HTTPS one too)."""
     port = free_port()
     mock_port = urllib.parse.urlsplit(mock_url).port
     assert mock_port is not None
-    config = write_config(tmp, port, mock_port)
+    config = write_config(tmp, port, mock_port, tls_mock)
     proc = procs.start(name, [*gateway_command(template, config, port, workers), *extra])
     wait_ready(f"http://{HOST}:{port}/readyz", procs, name)
     root = f"http://{HOST}:{port}"
     return Target(name, root, GATEWAY_MODELS, f"Bearer {API_KEY}", proc.pid)
 
 
+Servers = tuple[list[Target], list[Target], list[Target]]
+
+
 @contextmanager
-def servers(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[list[Target], list[Target]]]:
-    """Starts the mock, the gateway and the pass-throughs, and with the scaled scenario chosen
-    the 2-worker gateway and raw pass-through; yields the targets (direct first) and those."""
+def servers(args: argparse.Namespace, tmp: Path) -> Iterator[Servers]:
+    """Starts the mock, the gateway and the pass-throughs, with the scaled scenario chosen the
+    2-worker gateway and raw pass-through, and with a TLS scenario chosen the HTTPS mock (its
+    CA made now); yields the targets (direct first), the scaled ones, and the TLS ones: the
+    HTTPS mock as direct and the gateway on its alias there (the same process)."""
     procs = Processes(tmp)
     try:
         direct = start_mock(procs, args.chunks)
-        gateway = start_gateway(procs, args.gateway_cmd, direct.root, tmp, "gateway")
+        tls_mock = None
+        if TLS_NAMES.intersection(args.scenarios):
+            tls_mock = start_mock(procs, args.chunks, make_ca(tmp))
+        # Every gateway gets the same providers: they share the config's file, and each one
+        # reloads it when the next one's config is written there.
+        start = partial(start_gateway, procs, tmp=tmp, tls_mock=tls_mock, mock_url=direct.root)
+        gateway = start(args.gateway_cmd, name="gateway")
         single = [direct, gateway]
         if args.gateway_cmd == DEFAULT_GATEWAY_CMD:  # the protocol it was chosen over
             stock = ("--http", "uvicorn")
-            cmd = DEFAULT_GATEWAY_CMD
-            single.append(start_gateway(procs, cmd, direct.root, tmp, "gateway-uvicorn", 1, stock))
+            cmd, name = DEFAULT_GATEWAY_CMD, "gateway-uvicorn"
+            single.append(start(cmd, name=name, extra=stock))
         single += [start_passthrough(procs, direct, name) for name in BARE]
         single.append(start_minimal(procs, direct))
         scaled = []
         if SCALED in args.scenarios:
             name = f"gateway-{WORKERS}w"
             scaled = [
-                start_gateway(procs, args.gateway_cmd, direct.root, tmp, name, WORKERS),
+                start(args.gateway_cmd, name=name, workers=WORKERS),
                 start_passthrough(procs, direct, f"raw-{WORKERS}w", WORKERS),
             ]
-        yield single, scaled
+        tls = [] if tls_mock is None else [tls_mock, replace(gateway, models=GATEWAY_TLS_MODELS)]
+        yield single, scaled, tls
     finally:
         procs.close()
 
 
-def bench(args: argparse.Namespace, tmp: Path) -> list[Run]:
-    chosen = [s for s in SCENARIOS if s.name in args.scenarios]
+Measured = tuple[list[Run], dict[str, Any]]  # the runs, and what the HTTPS mock saw
+
+
+def bench(args: argparse.Namespace, tmp: Path) -> Measured:
+    chosen = [s for s in ALL_SCENARIOS if s.name in args.scenarios]
+    plain = [s for s in chosen if not s.tls]
     runs: list[Run] = []
-    with servers(args, tmp) as (single, scaled):
+    seen: list[dict[str, Any]] = []
+    with servers(args, tmp) as (single, scaled, tls):
         for target in single + scaled:
-            for scenario in chosen:
+            for scenario in plain:
                 if runs_on(target, scenario):
                     probe(target, scenario, tmp)
+        for target in tls:
+            for scenario in chosen:
+                if scenario.tls:
+                    probe(target, scenario, tmp)
         direct = single[0]
-        for scenario in chosen:
+        for scenario in plain:
             for target in single + (scaled if scenario.name == SCALED else []):
                 if not runs_on(target, scenario):
                     continue
@@ -670,7 +841,26 @@ def bench(args: argparse.Namespace, tmp: Path) -> list[Run]:
                 if target is direct:
                     pids = {"mock": direct.pid}
                 runs.append(run_one(target, scenario, args, tmp, pids))
-    return runs
+        for scenario in chosen:  # the TLS scenarios, after the plain ones
+            if scenario.tls:
+                seen += run_tls(scenario, tls, args, tmp, runs)
+        tls_mock = {} if not tls else {"mock_stats_at_end": mock_stats(tls[0])}
+    return runs, {"upstream": seen, **tls_mock}
+
+
+def run_tls(
+    scenario: Scenario, tls: list[Target], args: argparse.Namespace, tmp: Path, runs: list[Run]
+) -> list[dict[str, Any]]:
+    """The TLS scenario on the HTTPS mock (direct) and the gateway to it, appended to `runs`;
+    what the mock saw of each run."""
+    mock, seen = tls[0], []
+    for target in tls:
+        pids = {"mock": mock.pid} if target is mock else {target.name: target.pid, "mock": mock.pid}
+        before = mock_stats(mock)
+        run = run_one(target, scenario, args, tmp, pids)
+        runs.append(run)
+        seen.append(upstream_seen(run, before, mock_stats(mock)))
+    return seen
 
 
 def runs_on(target: Target, scenario: Scenario) -> bool:
@@ -693,12 +883,14 @@ def run_one(
     return run
 
 
-def report(runs: list[Run], args: argparse.Namespace) -> int:
+def report(measured: Measured, args: argparse.Namespace) -> int:
+    runs, tls_seen = measured
     env = environment(args)
     compared = {name: comparisons(runs, name) for name in COMPARED}
+    over_plain = tls_ratios(runs)
     checks = budgets(compared)
     failed_runs = [run for run in runs if run.error_count]
-    print(markdown(runs, compared, env))
+    print(markdown(runs, compared, env, over_plain))
     print()
     for c in checks:
         verdict = "FAIL" if not c["ok"] else "FLOOR" if c["floor"] else "PASS"
@@ -708,12 +900,21 @@ def report(runs: list[Run], args: argparse.Namespace) -> int:
         print(f"FAIL  {run.scenario} {run.target}: errors {run.errors}")
     for warning in contention_warnings(runs):
         print(f"NOTE  {warning}")
-    results = {
+    for seen in tls_seen.get("upstream", ()):
+        print(
+            f"TLS   {seen['scenario']} {seen['target']}: the HTTPS mock answered "
+            f"{seen['upstream_requests']:,} requests on {seen['upstream_new_tls_connections']} "
+            "new TLS connections (warm-up included)"
+        )
+    results: dict[str, Any] = {
         "environment": env,
         "runs": [asdict(run) for run in runs],
         "comparisons": compared,
         "budgets": checks,
     }
+    if tls_seen.get("upstream"):
+        # each TLS scenario's direct and gateway req/s over its plain scenario's; no budget
+        results["tls"] = {"vs_plain": over_plain, **tls_seen}
     return finish(args, results, checks, failed=bool(failed_runs))
 
 
@@ -730,19 +931,22 @@ def finish(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = wrk_parser(__doc__, "results.json", duration=10, warmup=2)
-    add_scenarios(parser)
+    add_scenarios(parser, ALL_SCENARIOS)
     add_gateway_cmd(parser)
     return parser.parse_args(argv)
 
 
-def add_scenarios(parser: argparse.ArgumentParser) -> None:
-    """--chunks and --scenarios, as every bench on the mock takes them."""
+def add_scenarios(
+    parser: argparse.ArgumentParser, scenarios: tuple[Scenario, ...] = SCENARIOS
+) -> None:
+    """--chunks and --scenarios (of `scenarios`, all by default), as every bench on the mock
+    takes them."""
     parser.add_argument("--chunks", type=int, default=64, help="chunks per mock stream")
     parser.add_argument(
         "--scenarios",
         type=lambda text: text.split(","),
-        default=[s.name for s in SCENARIOS],
-        help="comma-separated subset of: " + ",".join(s.name for s in SCENARIOS),
+        default=[s.name for s in scenarios],
+        help="comma-separated subset of: " + ",".join(s.name for s in scenarios),
     )
 
 
