@@ -20,7 +20,10 @@ from tests.e2e.vllm_stack import (
 )
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.fixtures import (  # noqa: F401  (pytest fixtures)
+    scripted_azure,
+    scripted_azure_server,
     scripted_fireworks_server,
+    scripted_openai,
     scripted_openai_server,
 )
 from tests.upstreams.procs import ScriptedUpstream, free_port

@@ -19,12 +19,7 @@ from tests.e2e.metrics_text import scrape
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.chat_fake import chat_prompt
 from tests.upstreams.fakegen import expected_text
-from tests.upstreams.procs import (
-    AZURE_TEST_KEY,
-    OPENAI_TEST_KEY,
-    ScriptedUpstream,
-    start_scripted,
-)
+from tests.upstreams.procs import AZURE_TEST_KEY, OPENAI_TEST_KEY, ScriptedUpstream
 
 KEY = "k-azure-e2e"
 WRONG_KEY = "az-wrong-key-0123456789"
@@ -89,32 +84,14 @@ def config(azure_root: str, openai_url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def azure() -> Iterator[ScriptedUpstream]:
-    with start_scripted("azure", api_key=AZURE_TEST_KEY) as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
 def gateway(
-    azure: ScriptedUpstream,
+    scripted_azure_server: ScriptedUpstream,
     scripted_openai_server: ScriptedUpstream,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[GatewayProcess]:
-    text = config(azure.root, scripted_openai_server.url)
+    text = config(scripted_azure_server.root, scripted_openai_server.url)
     with GatewayProcess(text, tmp_path_factory.mktemp("azure")) as gw:
         yield gw
-
-
-@pytest.fixture
-def up(azure: ScriptedUpstream) -> ScriptedUpstream:
-    azure.reset()
-    return azure
-
-
-@pytest.fixture
-def plain(scripted_openai_server: ScriptedUpstream) -> ScriptedUpstream:
-    scripted_openai_server.reset()
-    return scripted_openai_server
 
 
 @pytest.fixture
@@ -144,19 +121,21 @@ DEPLOYED_QUERY = f"{TENANT}&api-version={VERSION}"
 # ---------------------------------------------------------------- deployments
 
 
-def test_completions_go_to_the_deployment(sdk: openai.OpenAI, up: ScriptedUpstream) -> None:
+def test_completions_go_to_the_deployment(
+    sdk: openai.OpenAI, scripted_azure: ScriptedUpstream
+) -> None:
     resp = sdk.completions.create(model="azure", prompt=PROMPT, max_tokens=5)
     choice = resp.choices[0]
     assert (choice.text, choice.finish_reason) == (expected_text(PROMPT, 0, 5), "length")
     assert resp.model == "azure"
     verdicts = extra(choice, "content_filter_results")
     assert verdicts["hate"] == {"filtered": False, "severity": "safe"}
-    (sent,) = up.requests()
+    (sent,) = scripted_azure.requests()
     assert_azure_call(sent, f"/openai/deployments/{DEPLOYMENT}/completions", DEPLOYED_QUERY)
     assert sent["body"]["prompt"] == PROMPT
 
 
-def test_a_completions_stream(sdk: openai.OpenAI, up: ScriptedUpstream) -> None:
+def test_a_completions_stream(sdk: openai.OpenAI, scripted_azure: ScriptedUpstream) -> None:
     chunks = list(
         sdk.completions.create(
             model="azure",
@@ -172,22 +151,22 @@ def test_a_completions_stream(sdk: openai.OpenAI, up: ScriptedUpstream) -> None:
     worded = [c.choices[0] for c in chunks if c.choices and c.choices[0].text]
     assert all(extra(c, "content_filter_results")["hate"]["filtered"] is False for c in worded)
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
-    (sent,) = up.requests()
+    (sent,) = scripted_azure.requests()
     assert_azure_call(sent, f"/openai/deployments/{DEPLOYMENT}/completions", DEPLOYED_QUERY)
     assert sent["body"]["stream_options"] == {"include_usage": True}
 
 
-def test_chat(sdk: openai.OpenAI, up: ScriptedUpstream) -> None:
+def test_chat(sdk: openai.OpenAI, scripted_azure: ScriptedUpstream) -> None:
     resp = sdk.chat.completions.create(model="azure", messages=MESSAGES, max_tokens=5)
     choice = resp.choices[0]
     assert choice.message.content == expected_text(chat_prompt(MESSAGES), 0, 5)
     assert choice.finish_reason == "length"
     assert extra(choice, "content_filter_results")["violence"]["filtered"] is False
-    (sent,) = up.requests()
+    (sent,) = scripted_azure.requests()
     assert_azure_call(sent, f"/openai/deployments/{DEPLOYMENT}/chat/completions", DEPLOYED_QUERY)
 
 
-def test_a_chat_stream(sdk: openai.OpenAI, up: ScriptedUpstream) -> None:
+def test_a_chat_stream(sdk: openai.OpenAI, scripted_azure: ScriptedUpstream) -> None:
     stream = sdk.chat.completions.create(
         model="azure",
         messages=MESSAGES,
@@ -200,13 +179,13 @@ def test_a_chat_stream(sdk: openai.OpenAI, up: ScriptedUpstream) -> None:
     assert chunks[-1].choices[0].finish_reason == "length"
     worded = [c.choices[0] for c in chunks if c.choices and c.choices[0].delta.content]
     assert worded and all(extra(c, "content_filter_results") for c in worded)
-    (sent,) = up.requests()
+    (sent,) = scripted_azure.requests()
     assert_azure_call(sent, f"/openai/deployments/{DEPLOYMENT}/chat/completions", DEPLOYED_QUERY)
 
 
 @pytest.mark.parametrize("encoding", ["float", "base64"])
 def test_embeddings(
-    sdk: openai.OpenAI, up: ScriptedUpstream, encoding: Literal["float", "base64"]
+    sdk: openai.OpenAI, scripted_azure: ScriptedUpstream, encoding: Literal["float", "base64"]
 ) -> None:
     resp = sdk.embeddings.create(
         model="azure-embed",
@@ -217,7 +196,7 @@ def test_embeddings(
     sizes = [len(v) if encoding == "float" else len(b64decode(v)) // 4 for v in vectors]
     assert sizes == [16, 16]  # float32s, when asked for as base64
     assert resp.usage.prompt_tokens == 3
-    (sent,) = up.requests()
+    (sent,) = scripted_azure.requests()
     path = f"/openai/deployments/{EMBED_DEPLOYMENT}/embeddings"
     assert_azure_call(sent, path, DEPLOYED_QUERY)
     assert sent["body"].get("encoding_format", "float") == encoding  # Azure has OpenAI's base64
@@ -225,7 +204,7 @@ def test_embeddings(
 
 @pytest.mark.parametrize("alias", ["azure-undeployed", "azure-undeployed-embed"])
 def test_a_model_without_a_deployment_is_a_400_and_no_call(
-    sdk: openai.OpenAI, up: ScriptedUpstream, alias: str
+    sdk: openai.OpenAI, scripted_azure: ScriptedUpstream, alias: str
 ) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
         if alias.endswith("embed"):
@@ -235,13 +214,15 @@ def test_a_model_without_a_deployment_is_a_400_and_no_call(
     err = exc.value
     assert err.status_code == 400 and err.param == "model"
     assert "'gpt-4o'" in err.message and "providers.az.deployments" in err.message
-    assert up.requests() == []
+    assert scripted_azure.requests() == []
 
 
 # ---------------------------------------------------------------- the v1 API
 
 
-def test_the_v1_api_without_an_api_version(sdk: openai.OpenAI, up: ScriptedUpstream) -> None:
+def test_the_v1_api_without_an_api_version(
+    sdk: openai.OpenAI, scripted_azure: ScriptedUpstream
+) -> None:
     resp = sdk.completions.create(model="azure-v1", prompt=PROMPT, max_tokens=3)
     assert resp.choices[0].text == expected_text(PROMPT, 0, 3)
     chat = sdk.chat.completions.create(model="azure-v1", messages=MESSAGES, max_tokens=3)
@@ -256,7 +237,7 @@ def test_the_v1_api_without_an_api_version(sdk: openai.OpenAI, up: ScriptedUpstr
         expected_text(chat_prompt(MESSAGES), 0, 3)
     )
     sdk.embeddings.create(model="azure-v1-embed", input="x")
-    sent = up.requests()
+    sent = scripted_azure.requests()
     paths = ["completions", "chat/completions", "chat/completions", "embeddings"]
     for call, path in zip(sent, paths, strict=True):
         assert_azure_call(call, f"/openai/v1/{path}", "")
@@ -268,7 +249,7 @@ def test_the_v1_api_without_an_api_version(sdk: openai.OpenAI, up: ScriptedUpstr
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_content_filter_s_refusal_keeps_its_code(
-    sdk: openai.OpenAI, up: ScriptedUpstream, stream: bool
+    sdk: openai.OpenAI, scripted_azure: ScriptedUpstream, stream: bool
 ) -> None:
     messages: Any = [{"role": "user", "content": "something __content_filter__"}]
     with pytest.raises(openai.BadRequestError) as exc:  # before any byte of a stream, too
@@ -279,10 +260,13 @@ def test_the_content_filter_s_refusal_keeps_its_code(
     with pytest.raises(openai.BadRequestError) as exc:
         sdk.completions.create(model="azure", prompt="x __content_filter__", stream=stream)
     assert exc.value.code == "content_filter"
-    assert len(up.requests()) == 2  # no retry, no fallback: the caller's prompt was refused
+    # no retry, no fallback: the caller's prompt was refused
+    assert len(scripted_azure.requests()) == 2
 
 
-def test_filtered_output_ends_content_filter(sdk: openai.OpenAI, up: ScriptedUpstream) -> None:
+def test_filtered_output_ends_content_filter(
+    sdk: openai.OpenAI, scripted_azure: ScriptedUpstream
+) -> None:
     messages: Any = [{"role": "user", "content": "tell me __filtered_output__"}]
     resp = sdk.chat.completions.create(model="azure", messages=messages, max_tokens=4)
     choice = resp.choices[0]
@@ -299,7 +283,9 @@ def test_filtered_output_ends_content_filter(sdk: openai.OpenAI, up: ScriptedUps
     assert resp2.choices[0].finish_reason == "content_filter"
 
 
-def test_the_prompt_s_verdicts_reach_the_caller(sdk: openai.OpenAI, up: ScriptedUpstream) -> None:
+def test_the_prompt_s_verdicts_reach_the_caller(
+    sdk: openai.OpenAI, scripted_azure: ScriptedUpstream
+) -> None:
     resp = sdk.completions.create(model="azure", prompt=PROMPT, max_tokens=2)
     assert extra(resp, "prompt_filter_results")[0]["prompt_index"] == 0
     chat = sdk.chat.completions.create(model="azure", messages=MESSAGES, max_tokens=2)
@@ -336,14 +322,14 @@ def test_the_key_never_shows(gateway: GatewayProcess, sdk: openai.OpenAI) -> Non
 
 
 def test_a_base_url_query_is_kept_on_every_call(
-    sdk: openai.OpenAI, plain: ScriptedUpstream
+    sdk: openai.OpenAI, scripted_openai: ScriptedUpstream
 ) -> None:
     """An openai-compatible provider's `base_url: …/v1?tenant=b&x=%2F`: every call keeps it."""
     sdk.completions.create(model="tenant", prompt=PROMPT, max_tokens=2)
     list(sdk.completions.create(model="tenant", prompt=PROMPT, max_tokens=2, stream=True))
     sdk.chat.completions.create(model="tenant", messages=MESSAGES, max_tokens=2)
     sdk.embeddings.create(model="tenant-embed", input="x")
-    sent = plain.requests()
+    sent = scripted_openai.requests()
     assert [c["path"] for c in sent] == [
         "/v1/completions",
         "/v1/completions",

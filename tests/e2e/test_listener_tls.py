@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,6 +30,7 @@ import trustme
 from openai import DefaultHttpxClient, OpenAI
 
 from tests.gateway_proc import HOST, GatewayProcess
+from tests.pki import trusting
 from tests.upstreams.procs import OPENAI_TEST_KEY, POLL_INTERVAL_S, ScriptedUpstream
 
 KEY = "sk-e2e-tls"
@@ -53,11 +55,7 @@ class Pki:
     stranger_cert: trustme.LeafCert
 
     def client(self, cert: trustme.LeafCert | None = None) -> ssl.SSLContext:
-        context = ssl.create_default_context()
-        self.ca.configure_trust(context)
-        if cert is not None:
-            cert.configure_cert(context)
-        return context
+        return trusting(self.ca, cert)
 
     def http(self, cert: trustme.LeafCert | None = None) -> httpx.Client:
         return httpx.Client(verify=self.client(cert), timeout=SOCKET_TIMEOUT_S, trust_env=False)
@@ -115,40 +113,28 @@ def start(
     return GatewayProcess(text, workdir, workers=workers, tls=probe)
 
 
-@pytest.fixture(scope="module")
-def gateway(
-    pki: Pki,
-    scripted_openai_server: ScriptedUpstream,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[GatewayProcess]:
-    """TLS with the head's timeout small (the handshake's bound); no client certificates."""
-    workdir = tmp_path_factory.mktemp("tls")
-    server = f"timeouts: {{head_s: {QUICK_S}}}"
-    with start(pki, scripted_openai_server, workdir, server=server) as gw:
-        yield gw
+def tls_gateway(name: str, *, mutual: bool = False, server: str = "") -> Any:
+    """A module-scoped fixture `name`: a gateway of its own over TLS (`start`'s options) on the
+    session's scripted OpenAI upstream."""
+
+    @pytest.fixture(scope="module", name=name)
+    def gateway(
+        pki: Pki,
+        scripted_openai_server: ScriptedUpstream,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> Iterator[GatewayProcess]:
+        workdir = tmp_path_factory.mktemp(name)
+        with start(pki, scripted_openai_server, workdir, mutual=mutual, server=server) as gw:
+            yield gw
+
+    return gateway
 
 
-@pytest.fixture(scope="module")
-def mutual(
-    pki: Pki,
-    scripted_openai_server: ScriptedUpstream,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[GatewayProcess]:
-    """TLS with ca_file: client certificates from the CA required."""
-    workdir = tmp_path_factory.mktemp("mutual-tls")
-    with start(pki, scripted_openai_server, workdir, mutual=True) as gw:
-        yield gw
-
-
-@pytest.fixture(scope="module")
-def capped(
-    pki: Pki,
-    scripted_openai_server: ScriptedUpstream,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[GatewayProcess]:
-    workdir = tmp_path_factory.mktemp("capped-tls")
-    with start(pki, scripted_openai_server, workdir, server="max_connections: 2") as gw:
-        yield gw
+# The head's timeout small (the handshake's bound); no client certificates.
+gateway = tls_gateway("gateway", server=f"timeouts: {{head_s: {QUICK_S}}}")
+# ca_file: client certificates from the CA required.
+mutual = tls_gateway("mutual", mutual=True)
+capped = tls_gateway("capped", server="max_connections: 2")
 
 
 def sdk_over_tls(gw: GatewayProcess, context: ssl.SSLContext) -> OpenAI:
@@ -323,9 +309,7 @@ def test_a_certificate_renewed_in_place_reaches_new_connections(
     folder.mkdir()
     old_ca, new_ca = trustme.CA(), trustme.CA()
     cert_file, key_file = issue(old_ca, folder)
-    trusting_old, trusting_new = ssl.create_default_context(), ssl.create_default_context()
-    old_ca.configure_trust(trusting_old)
-    new_ca.configure_trust(trusting_new)
+    trusting_old, trusting_new = trusting(old_ca), trusting(new_ca)
     text = config(scripted_openai_server, cert_file, key_file)
     with GatewayProcess(text, tmp_path, tls=trusting_old) as gw:
         issue(new_ca, folder)

@@ -7,8 +7,9 @@ tests/security/test_http1_differential.py) are made of:
   echoed in it (in a header of every head and in the body), so that an answer read by the wrong
   caller shows;
 - the hypothesis strategies that draw them: valid HTTP/1.1, malformed, oversized;
-- `Upstream`: a TCP server on 127.0.0.1 that answers the n-th request it reads with the n-th
-  exchange, its parts written a few turns of the loop apart;
+- `LocalServer`: a TCP server on 127.0.0.1 (the base of the scripted upstreams and proxies);
+  `Upstream`: one that answers the n-th request it reads with the n-th exchange, its parts
+  written a few turns of the loop apart (`write_apart`);
 - `oracle`: what h11's client side makes of the same bytes (the independent reading);
 - `ask` and `settle`: the client under test driven as the provider drives it (client.py), and
   the loop let run until it has read all the upstream sent.
@@ -21,10 +22,11 @@ import contextlib
 import gzip
 import itertools
 import select
+import ssl
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, Self
 
 import h11
 from hypothesis import strategies as st
@@ -495,23 +497,35 @@ async def read_request(reader: asyncio.StreamReader) -> bytes | None:
         return None
 
 
-class Upstream:
-    """A TCP server on 127.0.0.1 that answers a request (on whichever connection) with the
-    exchange scripted for its body, its parts written a few turns of the loop apart, the body
-    echoed in it; `played[body]` is set once that exchange is all written (and its connection
-    closed, if it ends it). By body, not by order: a request the client gave up on before the
-    upstream read it (its connection reset) takes no other caller's script."""
+async def write_apart(writer: asyncio.StreamWriter, parts: Iterable[bytes]) -> bool:
+    """Each part written, a few turns of the loop apart; False when the connection closed
+    before all were."""
+    for part in parts:
+        if writer.transport.is_closing():  # uvloop raises on a write to a closed one
+            return False
+        writer.write(part)
+        await writer.drain()
+        for _ in range(TURNS):
+            await asyncio.sleep(0)
+    return True
 
-    def __init__(self, exchanges: Mapping[bytes, Exchange]) -> None:
-        self.exchanges = exchanges
-        self.played = {body: asyncio.Event() for body in exchanges}
+
+class LocalServer:
+    """A TCP server on 127.0.0.1 (TLS with `tls`, a server context), `async with`: its `port`
+    and `url` (http(s)://127.0.0.1:port); each connection served by `_serve` and aborted after
+    it, or at the end of the `async with` if it is still open."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
+        self.port = 0
         self.url = ""
         self._server: asyncio.Server | None = None
-        self._writers: list[asyncio.StreamWriter] = []
+        self._writers: list[asyncio.StreamWriter] = []  # aborted at the end
 
-    async def __aenter__(self) -> Upstream:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+    async def __aenter__(self) -> Self:
+        self._server = await asyncio.start_server(self._connected, "127.0.0.1", 0, ssl=self.tls)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.url = f"{'http' if self.tls is None else 'https'}://127.0.0.1:{self.port}"
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -523,26 +537,40 @@ class Upstream:
         for _ in range(TURNS):  # the transports' ends run before the loop does
             await asyncio.sleep(0)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.append(writer)
         try:
-            while (body := await read_request(reader)) is not None:
-                if body not in self.exchanges or not await self._play(body, writer):
-                    return
+            await self._serve(reader, writer)
         finally:
             writer.transport.abort()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class Upstream(LocalServer):
+    """A TCP server on 127.0.0.1 that answers a request (on whichever connection) with the
+    exchange scripted for its body, its parts written a few turns of the loop apart, the body
+    echoed in it; `played[body]` is set once that exchange is all written (and its connection
+    closed, if it ends it). By body, not by order: a request the client gave up on before the
+    upstream read it (its connection reset) takes no other caller's script."""
+
+    def __init__(self, exchanges: Mapping[bytes, Exchange]) -> None:
+        super().__init__()
+        self.exchanges = exchanges
+        self.played = {body: asyncio.Event() for body in exchanges}
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (body := await read_request(reader)) is not None:
+            if body not in self.exchanges or not await self._play(body, writer):
+                return
 
     async def _play(self, echo: bytes, writer: asyncio.StreamWriter) -> bool:
         """The exchange written; False when the connection is over."""
         exchange = self.exchanges[echo]
         try:
-            for part in exchange.parts(echo):
-                if writer.transport.is_closing():  # uvloop raises on a write to a closed one
-                    return False
-                writer.write(part)
-                await writer.drain()
-                for _ in range(TURNS):
-                    await asyncio.sleep(0)
+            if not await write_apart(writer, exchange.parts(echo)):
+                return False
             if exchange.ends_connection():
                 writer.close()  # a FIN after what was written (an abort could lose it)
                 await writer.wait_closed()

@@ -5,6 +5,7 @@ Generic (reuse for the gateway under uvicorn, vLLM, …):
     wait_http_ready(url, timeout=15.0, proc=None)   # polls every 50 ms, no fixed sleeps
     start_process(argv, port=…, ready_url=…, url=…) -> ServerProcess  (.url, .port, .stop())
     start_on_free_port(argv_for, ready_path=…, url_path=…)   # retries a port taken meanwhile
+    start_on_free_port(…, tls=client)   # a server on https: probed with the ssl.SSLContext
 Every server runs in a process group of its own, and stop() signals the whole group, so
 children (uvicorn workers, vLLM's engine core) go with it.
 
@@ -20,6 +21,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -57,19 +59,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, verify: ssl.SSLContext | bool) -> bool:
     try:
-        return httpx.get(url, timeout=1.0, trust_env=False).status_code == 200
+        return httpx.get(url, verify=verify, timeout=1.0, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
 
 
 def wait_http_ready(
-    url: str, timeout: float = READY_TIMEOUT_S, proc: subprocess.Popen[bytes] | None = None
+    url: str,
+    timeout: float = READY_TIMEOUT_S,
+    proc: subprocess.Popen[bytes] | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> None:
-    """Poll `url` until it answers 200; fail early if `proc` exits, or after `timeout` s."""
+    """Poll `url` until it answers 200; fail early if `proc` exits, or after `timeout` s.
+    `verify`: for an https `url`, the client context the probe trusts the server with."""
     deadline = time.monotonic() + timeout
-    while not _answers(url):
+    while not _answers(url, verify):
         if proc is not None and proc.poll() is not None:
             message = f"process exited with {proc.returncode} before {url} was ready"
             raise ServerStartError(message, exited=True)
@@ -115,8 +121,9 @@ class ServerProcess(StopOnExit):
 
     @property
     def root(self) -> str:
-        """http://host:port, without any API prefix."""
-        return f"http://{self.host}:{self.port}"
+        """http(s)://host:port (the url's scheme), without any API prefix."""
+        scheme = self.url.partition("://")[0]
+        return f"{scheme}://{self.host}:{self.port}"
 
     def output(self) -> str:
         """Everything the process wrote to stdout/stderr so far."""
@@ -169,9 +176,11 @@ def start_process(
     cwd: Path = REPO_ROOT,
     host: str = "127.0.0.1",
     cls: type[S] = ServerProcess,  # type: ignore[assignment]
+    verify: ssl.SSLContext | bool = True,
 ) -> S:
-    """Start `argv`, wait until `ready_url` answers 200 and return the running server.
-    On failure the process is stopped and its output is in the exception message."""
+    """Start `argv`, wait until `ready_url` answers 200 (`verify`: as in wait_http_ready) and
+    return the running server. On failure the process is stopped and its output is in the
+    exception message."""
     log = tempfile.NamedTemporaryFile(prefix="server-", suffix=".log", delete=False)  # noqa: SIM115
     proc = subprocess.Popen(
         list(argv),
@@ -184,7 +193,7 @@ def start_process(
     )
     server = cls(proc, port, url, log, host)
     try:
-        wait_http_ready(ready_url, timeout, proc)
+        wait_http_ready(ready_url, timeout, proc, verify)
     except ServerStartError as exc:
         output = _read(log.name)
         server.stop()
@@ -204,12 +213,15 @@ def start_on_free_port(
     cls: type[S] = ServerProcess,  # type: ignore[assignment]
     attempts: int = 3,
     cwd: Path = REPO_ROOT,
+    tls: ssl.SSLContext | None = None,
 ) -> S:
     """`start_process` on a free port; another port when the first was taken before the server
-    bound it (the process exits early then)."""
+    bound it (the process exits early then). `tls`: the server speaks https, and is probed
+    with this client context."""
+    scheme = "http" if tls is None else "https"
     for attempt in range(attempts):
         port = free_port(host)
-        root = f"http://{host}:{port}"
+        root = f"{scheme}://{host}:{port}"
         try:
             return start_process(
                 argv_for(port),
@@ -221,6 +233,7 @@ def start_on_free_port(
                 cwd=cwd,
                 host=host,
                 cls=cls,
+                verify=True if tls is None else tls,
             )
         except ServerStartError as exc:
             if not exc.exited or attempt == attempts - 1:

@@ -29,6 +29,7 @@ from gateway.reload import successor
 from gateway.server import cli
 from gateway.server.protocol import GatewayConfig, GatewayHttpProtocol, ListenerLimits
 from gateway.server.tls import CHECK_S, Certificates, HttpsNamed, TlsConnection
+from tests.pki import trusting
 from tests.unit.gateway.reload.test_handover import Built, config, document, running
 
 HOST = "127.0.0.1"
@@ -45,11 +46,7 @@ class Pki:
     root: Path
 
     def client(self, cert: trustme.LeafCert | None = None) -> ssl.SSLContext:
-        context = ssl.create_default_context()
-        self.ca.configure_trust(context)
-        if cert is not None:
-            cert.configure_cert(context)
-        return context
+        return trusting(self.ca, cert)
 
     def mutual(self) -> TlsConfig:
         ca = self.root / "ca.pem"

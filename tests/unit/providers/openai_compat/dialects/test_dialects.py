@@ -57,16 +57,17 @@ def test_every_field_has_a_rule_in_every_dialect(tag: str) -> None:
     assert UNKNOWN in rules
 
 
+OPENAI_ACTIONS = {
+    "best_of": Action.PASS,
+    "suffix": Action.PASS,
+    "top_k": Action.REJECT,
+    "mirostat_target": Action.REJECT,
+    "response_format": Action.REJECT,
+    "context_length_exceeded_behavior": Action.EMULATE,
+    UNKNOWN: Action.REJECT,
+}
 EXPECTED: dict[str, dict[str, Action]] = {
-    "openai": {
-        "best_of": Action.PASS,
-        "suffix": Action.PASS,
-        "top_k": Action.REJECT,
-        "mirostat_target": Action.REJECT,
-        "response_format": Action.REJECT,
-        "context_length_exceeded_behavior": Action.EMULATE,
-        UNKNOWN: Action.REJECT,
-    },
+    "openai": OPENAI_ACTIONS,
     "fireworks": {
         "best_of": Action.EMULATE,
         "suffix": Action.REJECT,
@@ -96,15 +97,7 @@ EXPECTED: dict[str, dict[str, Action]] = {
         "context_length_exceeded_behavior": Action.EMULATE,
         UNKNOWN: Action.PASS,
     },
-    "azure-openai": {  # OpenAI's API, served by Microsoft
-        "best_of": Action.PASS,
-        "suffix": Action.PASS,
-        "top_k": Action.REJECT,
-        "mirostat_target": Action.REJECT,
-        "response_format": Action.REJECT,
-        "context_length_exceeded_behavior": Action.EMULATE,
-        UNKNOWN: Action.REJECT,
-    },
+    "azure-openai": OPENAI_ACTIONS,  # OpenAI's API, served by Microsoft
 }
 
 
