@@ -12,6 +12,7 @@
     │   └── ModelNotFound             404 code=model_not_found
     ├── MethodNotAllowed              405
     ├── RateLimited                   429 code=rate_limit_exceeded (+ retry-after)
+    ├── InsufficientQuota             429 insufficient_quota (a budget spent; not retried)
     ├── ServiceUnavailable            503 (not ready / shutting down)
     └── UpstreamError                 status mapped from the upstream's (see providers)
         ├── UpstreamUnreachable       502
@@ -150,6 +151,14 @@ class RateLimited(GatewayError):
     status = 429
     type = "requests"
     code = "rate_limit_exceeded"
+
+
+class InsufficientQuota(GatewayError):
+    """A budget is spent: OpenAI's 429 for an account out of credit, which clients do not retry."""
+
+    status = 429
+    type = "insufficient_quota"
+    code = "insufficient_quota"
 
 
 class ServiceUnavailable(GatewayError):

@@ -15,14 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from core.errors import AuthenticationFailed, PermissionDenied
-from gateway.config import Config, KeyConfig
+from gateway.config import Config, KeyConfig, TeamConfig
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
     key_id: str
-    models: re.Pattern[str]  # the key's alias globs, compiled once
+    models: re.Pattern[str]  # the key's alias globs (and its team's), compiled once
     providers: frozenset[str]
+    team: str | None = None
 
     def may_use_model(self, alias: str) -> bool:
         return self.models.fullmatch(alias) is not None
@@ -40,7 +41,8 @@ class Authenticator:
 
     def __init__(self, config: Config) -> None:
         self._keys: tuple[tuple[bytes, Principal], ...] = tuple(
-            (k.sha256, _principal(k)) for k in config.keys
+            (k.sha256, _principal(k, config.teams.get(k.team) if k.team else None))
+            for k in config.keys
         )
 
     def principal(self, key_id: str) -> Principal | None:
@@ -58,9 +60,19 @@ class Authenticator:
         return found
 
 
-def _principal(k: KeyConfig) -> Principal:
-    pattern = "|".join(fnmatch.translate(g) for g in k.models) or "(?!)"
-    return Principal(k.id, re.compile(pattern), frozenset(k.providers))
+def _principal(k: KeyConfig, team: TeamConfig | None) -> Principal:
+    """A key's rights, bounded by its team's: a model both allow, a provider both list."""
+    pattern = _alternatives(k.models)
+    providers = frozenset(k.providers)
+    if team is not None:
+        pattern = f"(?={_alternatives(team.models)}$)(?:{pattern})"
+        if team.providers is not None:
+            providers &= frozenset(team.providers)
+    return Principal(k.id, re.compile(pattern), providers, k.team)
+
+
+def _alternatives(globs: tuple[str, ...]) -> str:
+    return "|".join(fnmatch.translate(g) for g in globs) or "(?!)"
 
 
 def _presented_key(headers: Mapping[str, str]) -> str:

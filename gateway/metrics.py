@@ -33,7 +33,7 @@ import os
 import time
 from bisect import bisect_left
 from collections import Counter as Tally
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -50,6 +50,7 @@ from prometheus_client import (
     multiprocess,
 )
 
+from gateway.governance.money import PICO
 from gateway.routing.circuits import STATE_NAMES
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -154,6 +155,18 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
     "config_loaded": (Gauge, "gateway_config_loaded_timestamp_seconds",
         "When the config in use was loaded (Unix time; with several workers, the oldest).",
         (), {"multiprocess_mode": "livemin"}),
+    "spend": (Counter, "gateway_spend_usd",
+        "What requests cost, in US dollars at the providers' configured prices, by team "
+        "(none: keys without one; other: teams past metrics.team_labels), model alias and "
+        "provider.",
+        ("team", "model", "provider"), {}),
+    "unpriced": (Counter, "gateway_unpriced_requests",
+        "Requests answered by a target without a price (they cost 0).",
+        ("model", "provider"), {}),
+    "budget_used": (Gauge, "gateway_budget_used_ratio",
+        "The share of a budget spent or reserved in its current period: a team's own (scope "
+        "team), and the highest of its keys' (scope key; team none: keys without one).",
+        ("scope", "team"), {"multiprocess_mode": "livemax"}),
     "renders": (Counter, "gateway_metrics_renders",
         "Renders of /metrics: the scrapes during one, or within metrics.min_interval_s of the "
         "last, share one.", (), {}),
@@ -176,8 +189,11 @@ class RequestRecord:
     completion_tokens: int | None = None
     error_type: str = ""  # the error's type, for gen_ai's error_type; "" on success
 
+    usage: Mapping[str, Any] | None = None  # the answer's, as reported (what it cost)
+
     def use(self, usage: Any) -> None:
         if isinstance(usage, dict):
+            self.usage = usage
             self.prompt_tokens = usage.get("prompt_tokens")
             self.completion_tokens = usage.get("completion_tokens")
 
@@ -191,9 +207,13 @@ class RequestRecord:
 
 
 class Metrics:
-    def __init__(self, enabled: bool = True, min_interval_s: float = 0.0) -> None:
+    def __init__(
+        self, enabled: bool = True, min_interval_s: float = 0.0, team_labels: int = 100
+    ) -> None:
         self.enabled = enabled
         self.min_interval_s = min_interval_s
+        self.team_labels = team_labels
+        self._teams: set[str] = set()  # the teams labelled by id
         self._next: asyncio.Future[bytes] | None = None  # the render scrapes share
         self._rendered_at = -math.inf  # monotonic() when the last render began
         self._text = b""  # what it rendered
@@ -345,6 +365,29 @@ class Metrics:
             return _nothing
         inc: Callable[[], None] = self._child("decisions", model, result, limit, backend).inc
         return inc
+
+    def spend(self, team: str, model: str, provider: str, amount: int) -> None:
+        """`amount`: pico-dollars (gateway.governance.money); the counter's unit is the dollar."""
+        if self.enabled:
+            label = self._team_label(team)
+            self._child("spend", label, model, provider or "none").inc(amount / PICO)
+
+    def unpriced(self, model: str, provider: str) -> None:
+        if self.enabled:
+            self._child("unpriced", model, provider).inc()
+
+    def budget_used(self, scope: str, team: str, ratio: float) -> None:
+        if self.enabled:
+            self._child("budget_used", scope, self._team_label(team)).set(ratio)
+
+    def _team_label(self, team: str) -> str:
+        """Teams by id, the first `team_labels` of them (teams made at runtime are unbounded)."""
+        if not team:
+            return "none"
+        if team in self._teams or len(self._teams) < self.team_labels:
+            self._teams.add(team)
+            return team
+        return "other"
 
     def ratelimit_backend_error(self, mode: str) -> None:
         if self.enabled:

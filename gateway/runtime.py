@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.provider import Provider
 from gateway.auth import Authenticator
-from gateway.config import Config, ProviderConfig
+from gateway.config import Config, KeyConfig, ProviderConfig
+from gateway.governance.pricing import PriceBook
 from gateway.jobs.filestore import FileStore
 from gateway.metrics import Metrics
-from gateway.ratelimit import Limiter, RuleBook
+from gateway.ratelimit import KeyLimits, Limiter, RuleBook, TeamLimits
 from gateway.routing.attempts import Attempts
 from gateway.routing.circuits import Board
 from gateway.routing.plans import Router
@@ -42,6 +43,7 @@ class Runtime:
     circuits: Board
     attempts: Attempts
     files: FileStore
+    prices: PriceBook
     created: int = field(default_factory=lambda: int(time.time()))
     started: bool = False
     inflight: int = 0  # requests begun on this runtime and not over (GatewayApp counts them)
@@ -72,9 +74,11 @@ class Runtime:
         auth, router = Authenticator(config), Router(config)
         attempts = Attempts(circuits, metrics, router.pick, router.jitter)
         files = FileStore(config.files.store, config.files.max_bytes)
+        prices = PriceBook({name: p.pricing for name, p in config.providers.items()})
         runtime = cls(
-            config, auth, router, dict(providers), limiter, metrics, circuits, attempts, files
-        )
+            config, auth, router, dict(providers), limiter, metrics, circuits, attempts, files,
+            prices,
+        )  # fmt: skip
         circuits.configure(config.circuits, _targets(config))
         return runtime
 
@@ -107,9 +111,15 @@ class Runtime:
 
 def rulebook(config: Config) -> RuleBook:
     return RuleBook(
-        {k.id: k.limits for k in config.keys},
+        {k.id: key_limits(k) for k in config.keys},
         {alias: m.limits for alias, m in config.models.items()},
+        {t.id: TeamLimits(t.limits, t.budget, t.model_budgets) for t in config.teams.values()},
     )
+
+
+def key_limits(k: KeyConfig) -> KeyLimits:
+    """A key's limits with its team and budgets, as the rule book reads them."""
+    return replace(k.limits, team=k.team, budget=k.budget, model_budgets=k.model_budgets)
 
 
 async def release(providers: Iterable[Provider], limiter: Limiter | None) -> None:

@@ -134,7 +134,9 @@ def create_app(
     `started`: called once the runtime has started (the server tunes its process there:
     gateway.server.process)."""
     runtime = Runtime.build(
-        config, Metrics(config.metrics.enabled, config.metrics.min_interval_s), build
+        config,
+        Metrics(config.metrics.enabled, config.metrics.min_interval_s, config.metrics.team_labels),
+        build,
     )
 
     @contextlib.asynccontextmanager

@@ -21,7 +21,9 @@ import yaml
 
 from core.completions import RequestLimits
 from core.errors import ConfigError
-from gateway.config.models import ModelConfig, limits, models
+from gateway.config import accounts
+from gateway.config.accounts import AdminKey, KeyConfig, TeamConfig
+from gateway.config.models import ModelConfig, models
 from gateway.config.portkey import PortkeyConfig
 from gateway.config.portkey import parse as portkey_config
 from gateway.config.tls import TlsConfig
@@ -35,22 +37,24 @@ from gateway.config.values import (
     nonnegative,
     number,
     one_of,
-    seq,
     text,
-    unique,
 )
-from gateway.ratelimit import BreakerConfig, KeyLimits, Limits, RateLimitConfig
+from gateway.governance import pricing
+from gateway.governance.pricing import Price
+from gateway.ratelimit import BreakerConfig, RateLimitConfig
 from gateway.routing.circuits import CircuitPolicy
 from providers import registry
 
 __all__ = [
     "DEV_KEY",
+    "AdminKey",
     "Config",
     "KeyConfig",
     "ModelConfig",
     "ProviderConfig",
     "ServerConfig",
     "ServerTimeouts",
+    "TeamConfig",
     "TlsConfig",
     "load",
     "parse",
@@ -59,7 +63,7 @@ __all__ = [
 DEV_KEY = "sk-local-dev"
 TOP_KEYS = (
     "server", "auth", "providers", "models", "configs", "circuit_breaker", "rate_limit", "metrics",
-    "files", "batches",
+    "files", "batches", "teams",
 )  # fmt: skip
 LIMIT_BACKENDS = ("memory", "redis")
 BACKEND_MODES = ("local", "open", "closed")
@@ -98,21 +102,13 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class KeyConfig:
-    id: str
-    sha256: bytes  # digest of the key; the plaintext is never kept
-    models: tuple[str, ...]  # alias globs
-    providers: tuple[str, ...]  # virtual keys this key may use
-    limits: KeyLimits = field(default_factory=lambda: KeyLimits(Limits(), ()))
-
-
-@dataclass(frozen=True, slots=True)
 class ProviderConfig:
     """A provider's block as written (after ${ENV}), checked by its adapter. It holds
     credentials: out of repr."""
 
     name: str
-    settings: Mapping[str, Any] = field(repr=False)
+    settings: Mapping[str, Any] = field(repr=False)  # without `pricing`: a price is no rebuild
+    pricing: Mapping[str, Price] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +122,7 @@ class MetricsConfig:
     min_interval_s: float = 0.0
     max_connections: int = 32  # the listener's open connections; more are answered 503
     timeout_s: float = 10.0  # the listener's time for a request head, and for writing an answer
+    team_labels: int = 100  # teams labelled by id in the spend metrics; past them, `other`
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +155,8 @@ class Config:
     configs: Mapping[str, PortkeyConfig] = field(default_factory=dict)  # x-portkey-config: NAME
     files: FilesConfig = field(default_factory=FilesConfig)
     batches: BatchesConfig = field(default_factory=BatchesConfig)
+    teams: Mapping[str, TeamConfig] = field(default_factory=dict)
+    admin_keys: tuple[AdminKey, ...] = ()
     source: str = ""
 
     def has_dev_key(self) -> bool:
@@ -169,7 +168,16 @@ class Config:
         there would let each of them admit the whole of it: a ConfigError naming the limit."""
         if workers == 1 or self.rate_limit.backend != "memory":
             return
-        limited = [f"auth.keys[{i}]" for i, k in enumerate(self.keys) if k.limits.limited]
+        limited = [
+            f"auth.keys[{i}]"
+            for i, k in enumerate(self.keys)
+            if k.limits.limited or k.budget or k.model_budgets
+        ]
+        limited += [
+            f"teams.{t.id}"
+            for t in self.teams.values()
+            if t.limits.items() or t.budget or t.model_budgets
+        ]
         limited += [f"models.{name}.limits" for name, m in self.models.items() if m.limits.items()]
         if limited:
             raise ConfigError(
@@ -201,9 +209,12 @@ def parse(text: str, source: str = "<config>") -> Config:
     top = mapping(data, "")
     known(top, "", TOP_KEYS)
     providers = _providers(mapping(top.get("providers", {}), "providers"))
+    auth = mapping(top.get("auth", {}), "auth")
+    known(auth, "auth", ("keys", "admin_keys"))
+    teams = accounts.teams_section(mapping(top.get("teams", {}), "teams"), providers)
     return Config(
         server=_server(mapping(top.get("server", {}), "server")),
-        keys=_keys(mapping(top.get("auth", {}), "auth"), providers),
+        keys=accounts.keys_section(auth, providers, teams),
         providers=providers,
         models=models(mapping(top.get("models", {}), "models"), providers),
         rate_limit=_rate_limit(mapping(top.get("rate_limit", {}), "rate_limit")),
@@ -212,6 +223,8 @@ def parse(text: str, source: str = "<config>") -> Config:
         configs=_configs(mapping(top.get("configs", {}), "configs"), providers),
         files=_files(mapping(top.get("files", {}), "files")),
         batches=_batches(mapping(top.get("batches", {}), "batches")),
+        teams=teams,
+        admin_keys=accounts.admin_section(auth),
         source=source,
     )
 
@@ -288,67 +301,18 @@ def _seconds(v: Any, path: str) -> float:
     return float(v)
 
 
-def _keys(
-    auth: Mapping[str, Any], providers: Mapping[str, ProviderConfig]
-) -> tuple[KeyConfig, ...]:
-    known(auth, "auth", ("keys",))
-    out: list[KeyConfig] = []
-    for i, entry in enumerate(seq(auth.get("keys", []), "auth.keys")):
-        path = f"auth.keys[{i}]"
-        k = mapping(entry, path)
-        known(k, path, ("id", "key", "key_sha256", "models", "providers", "limits", "model_limits"))
-        allowed = tuple(text(p, f"{path}.providers") for p in seq(k.get("providers", []), path))
-        for j, name in enumerate(allowed):
-            if name not in providers:
-                raise ConfigError(f"{path}.providers[{j}]", f"unknown provider {name!r}")
-        out.append(
-            KeyConfig(
-                id=text(k.get("id"), f"{path}.id"),
-                sha256=_digest(k, path),
-                models=tuple(text(m, f"{path}.models") for m in seq(k.get("models", ["*"]), path)),
-                providers=allowed,
-                limits=_keylimits(k, path),
-            )
-        )
-    unique([k.id for k in out], "auth.keys", "id")
-    unique([k.sha256.hex() for k in out], "auth.keys", "key")
-    return tuple(out)
-
-
-def _digest(k: Mapping[str, Any], path: str) -> bytes:
-    if ("key" in k) == ("key_sha256" in k):
-        raise ConfigError(path, "set exactly one of 'key' and 'key_sha256'")
-    if "key" in k:
-        key = text(k["key"], f"{path}.key")
-        if not key:
-            raise ConfigError(f"{path}.key", "empty key")
-        return hashlib.sha256(key.encode()).digest()
-    hexed = text(k["key_sha256"], f"{path}.key_sha256").lower()
-    if not re.fullmatch(r"[0-9a-f]{64}", hexed):
-        raise ConfigError(f"{path}.key_sha256", "expected 64 hex digits (gateway hash-key KEY)")
-    return bytes.fromhex(hexed)
-
-
 def _providers(section: Mapping[str, Any]) -> dict[str, ProviderConfig]:
     out = {}
     for name, block in section.items():
         path = f"providers.{name}"
-        registry.check(mapping(block, path), path)
-        out[str(name)] = ProviderConfig(str(name), block)
+        settings = dict(mapping(block, path))
+        prices = pricing.parse(settings.pop("pricing", {}), f"{path}.pricing")
+        registry.check(settings, path)
+        out[str(name)] = ProviderConfig(str(name), settings, prices)
     return out
 
 
 # ---------------------------------------------------------------- limits and metrics
-
-
-def _keylimits(k: Mapping[str, Any], path: str) -> KeyLimits:
-    per_model = mapping(k.get("model_limits", {}), f"{path}.model_limits")
-    return KeyLimits(
-        limits(k.get("limits", {}), f"{path}.limits"),
-        tuple(
-            (str(glob), limits(v, f"{path}.model_limits.{glob}")) for glob, v in per_model.items()
-        ),
-    )
 
 
 def _rate_limit(r: Mapping[str, Any]) -> RateLimitConfig:
@@ -436,6 +400,7 @@ def _metrics(m: Mapping[str, Any]) -> MetricsConfig:
             m.get("max_connections", d.max_connections), f"{path}.max_connections", 1, 10_000
         ),
         timeout_s=number(m.get("timeout_s", d.timeout_s), f"{path}.timeout_s"),
+        team_labels=integer(m.get("team_labels", d.team_labels), f"{path}.team_labels", 0, 10_000),
     )
 
 

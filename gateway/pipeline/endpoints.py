@@ -88,7 +88,8 @@ class Endpoint(Generic[R, A, K]):
     # The request as one leaf's target gets it (its overrides and defaults applied), bound to
     # the target's provider, ready to send. A retry prepares anew.
     prepare: Callable[[Runtime, R, Leaf, Target], Call[A, K]]
-    reserve: Callable[[Runtime, R, Plan], int]  # the tokens it may use (the rate limits)
+    # The tokens it may use (the rate limits, the budgets): its prompt's, and its answer's most.
+    reserve: Callable[[Runtime, R, Plan], estimates.Reserve]
     # The JSON document of an answer: answer, the caller's model, id, created, its shape.
     document: Callable[[A, str, str, int, AnswerShape], Mapping[str, object]]
     id_prefix: str = ""  # its answers' ids ("" : they have none)

@@ -1,5 +1,6 @@
 """The tokens a request may use, estimated before it is sent: what the rate limiter reserves at
-admission and settles to what was used (gateway.ratelimit)."""
+admission and settles to what was used (gateway.ratelimit). Each estimate is a `Reserve`: the
+prompt's tokens and the most the answer may generate, apart, since budgets price them apart."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from gateway.runtime import Runtime
 UNBOUNDED_RESERVE = 256
 # What a chat message costs beyond its text when the gateway estimates (role, separators).
 MESSAGE_OVERHEAD = 4
+Reserve = tuple[int, int]  # (prompt tokens, the most the answer may generate)
 
 
-def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> int:
+def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> Reserve:
     """The tokens a request may use: its prompts (the serving provider's tokenizer where the
     gateway has one, else 4 bytes a token) plus max_tokens for every generated choice."""
     leaf, target = plan.first()
@@ -33,10 +35,10 @@ def reservation(rt: Runtime, req: CompletionRequest, plan: Plan) -> int:
     if "max_tokens" not in req.fields and isinstance(default, int):
         max_tokens = default
     prompt = input_tokens(rt, target, req.prompts, req.prompt_is_tokens)
-    return prompt + max_tokens * req.n_prompts * max(req.n, req.best_of or 1)
+    return prompt, max_tokens * req.n_prompts * max(req.n, req.best_of or 1)
 
 
-def chat_reservation(rt: Runtime, req: ChatRequest, plan: Plan) -> int:
+def chat_reservation(rt: Runtime, req: ChatRequest, plan: Plan) -> Reserve:
     """As `reservation`, for the chat's rendered prompt (the serving provider's count where the
     gateway has its tokenizer and template, else estimated from the messages' text)."""
     leaf, target = plan.first()
@@ -45,7 +47,7 @@ def chat_reservation(rt: Runtime, req: ChatRequest, plan: Plan) -> int:
     req = apply_chat_defaults(req, target.defaults)
     counted = rt.providers[target.provider].count_chat_tokens(req)
     prompt = counted if counted is not None else estimate_chat_tokens(req)
-    return prompt + (req.max_tokens or UNBOUNDED_RESERVE) * req.n
+    return prompt, (req.max_tokens or UNBOUNDED_RESERVE) * req.n
 
 
 def estimate_chat_tokens(req: ChatRequest) -> int:
@@ -54,10 +56,10 @@ def estimate_chat_tokens(req: ChatRequest) -> int:
     return -(-size // 4) + MESSAGE_OVERHEAD * len(req.messages)
 
 
-def embedding_reservation(rt: Runtime, req: EmbeddingRequest, plan: Plan) -> int:
+def embedding_reservation(rt: Runtime, req: EmbeddingRequest, plan: Plan) -> Reserve:
     """The tokens an embeddings request uses: its inputs, counted as prompts are."""
     _, target = plan.first()
-    return input_tokens(rt, target, req.inputs, req.input_is_tokens)
+    return input_tokens(rt, target, req.inputs, req.input_is_tokens), 0
 
 
 def input_tokens(

@@ -40,12 +40,14 @@ from gateway.asgi import (
 )
 from gateway.auth import Principal
 from gateway.config import portkey
+from gateway.governance.ledger import ledger
 from gateway.metrics import RequestRecord
 from gateway.pipeline.endpoints import ENDPOINTS, A, Endpoint, K, R
 from gateway.pipeline.exchange import Inbound, Reply
 from gateway.pipeline.flow import Flow, Next, Stage, Stream, compose
 from gateway.pipeline.shapes import envelope
 from gateway.pipeline.sse import StreamResult, pump
+from gateway.ratelimit import Grant
 from gateway.routing.attempts import Prepare
 from gateway.routing.trees import Leaf
 
@@ -154,16 +156,18 @@ def plan(proceed: Next[R, A, K]) -> Next[R, A, K]:
 
 
 def admit(proceed: Next[R, A, K]) -> Next[R, A, K]:
-    """Admission against the rate limits, whose headers every answer carries; once the rest
-    is done, the reservation settled with what was used."""
+    """Admission against the rate limits and budgets, whose headers every answer carries; once
+    the rest is done, the reservation settled with what was used, and what it cost charged."""
 
     async def admitted(flow: Flow[R, A, K]) -> None:
         rt, rec, reply = flow.inbound.runtime, flow.record, flow.reply
         the_plan, principal, req = flow.plan, flow.principal, flow.request
         assert the_plan is not None and principal is not None and req is not None
 
-        def reserve() -> int:
-            return flow.endpoint.reserve(rt, req, the_plan)
+        def reserve() -> tuple[int, int]:
+            prompt, output = flow.endpoint.reserve(rt, req, the_plan)
+            top_in, top_out = rt.prices.ceiling(the_plan.targets()) if rt.prices else (0, 0)
+            return prompt + output, prompt * top_in + output * top_out
 
         grant = await rt.limiter.admit(principal.key_id, req.model, rec.model, reserve)
         flow.grant = grant
@@ -172,12 +176,31 @@ def admit(proceed: Next[R, A, K]) -> Next[R, A, K]:
             await proceed(flow)
         except GatewayError:
             if not reply.started:
-                grant.settle(0)  # refused or failed before any output: nothing was generated
+                grant.settle(0, 0)  # refused or failed before any output: nothing was generated
             raise
         finally:
-            grant.settle(rec.total_tokens)  # None (unknown) keeps the reservation
+            _charge(flow, grant, principal)
 
     return admitted
+
+
+def _charge(flow: Flow[R, A, K], grant: Grant, principal: Principal) -> None:
+    """The reservation settled to what was used (unknown usage keeps it), and what the request
+    cost added to its key's, team's and model's spend."""
+    rt, rec, call = flow.inbound.runtime, flow.record, flow.call
+    cost: int | None = None
+    usage = rec.usage
+    if usage is not None and call is not None:
+        target = call.target
+        price = rt.prices.price(target.provider, target.model)
+        if price is None:
+            rt.metrics.unpriced(rec.model, target.provider)
+        cost = price.cost(usage) if price is not None else 0
+    charged = grant.settle(rec.total_tokens, cost)
+    if charged:
+        rt.limiter.spend(ledger(principal.key_id, principal.team, rec.model, charged))
+        provider = call.target.provider if call is not None else ""
+        rt.metrics.spend(principal.team or "", rec.model, provider, charged)
 
 
 # ---------------------------------------------------------------- write

@@ -8,6 +8,7 @@ from gateway.ratelimit.rules import (
     Limits,
     RateLimitConfig,
     RuleBook,
+    TeamLimits,
 )
 
 __all__ = [
@@ -19,5 +20,6 @@ __all__ = [
     "Observer",
     "RateLimitConfig",
     "RuleBook",
+    "TeamLimits",
     "no_grant",
 ]

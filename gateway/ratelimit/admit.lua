@@ -5,13 +5,18 @@
 -- ARGV[1]: one string of words separated by spaces (one argument is far cheaper for a client
 -- to send than hundreds), in this order:
 --   lease seconds,
---   R rule sets:    R, then per set: n, then n x (key index, kind, limit)
+--   R rule sets:    R, then per set: n, then n x (key index, kind, limit), a budget's with
+--                   its counter's time to live in seconds after (0: kept for ever)
 --   S settlements:  S, then per one: rule set, lease member, token delta
+--   J adjustments:  J, then per one: key index, field ("-": the key is a counter, else a
+--                   hash's field), amount, time to live in seconds (0: none set)
 --   F refreshes:    F, then per one: key index, lease member
---   A admissions:   A, then per one: rule set, lease member, tokens
+--   A admissions:   A, then per one: rule set, lease member, tokens, cost
 -- A lease member is "-" for requests without parallel limits.
 -- kind: r requests, t tokens (a GCRA bucket: a string TAT), p parallel (a sorted set of lease
--- members scored by expiry).
+-- members scored by expiry), b budget (a counter of pico-dollars spent or reserved).
+-- Amounts of money are whole pico-dollars, passed to INCRBY as the words they came in, so
+-- counters are exact 64-bit integers; a budget is compared in Lua's doubles, exact to 2^53.
 -- Returns one string of numbers separated by spaces, per admission: admitted (0|1), then per
 -- rule: remaining, reset ms, retry ms.
 -- An admission writes only if every one of its rules admits it. Each bucket is read once and
@@ -37,14 +42,16 @@ local sets = {}
 for s = 1, tonumber(arg()) do
   local rules = {}
   for r = 1, tonumber(arg()) do
-    rules[r] = {KEYS[tonumber(arg())], arg(), tonumber(arg())}
+    local rule = {KEYS[tonumber(arg())], arg(), tonumber(arg())}
+    if rule[2] == 'b' then rule[4] = tonumber(arg()) end
+    rules[r] = rule
   end
   sets[s] = rules
 end
 
 -- A bucket is held here as how far it is drawn (its TAT less now, never below 0), in seconds:
 -- arithmetic on epoch times would lose the low digits that tell a full bucket's last unit.
-local aheads, dirty, used, removed, added = {}, {}, {}, {}, {}
+local aheads, dirty, used, removed, added, spent = {}, {}, {}, {}, {}, {}
 local function ahead_of(key)
   local v = aheads[key]
   if v == nil then
@@ -82,6 +89,25 @@ for key, members in pairs(removed) do
   if used[key] == nil then used_of(key) end
 end
 
+-- Adjustments: budgets settled to what requests cost, and the spend ledger.
+for _ = 1, tonumber(arg()) do
+  local key, field, amount, ttl = KEYS[tonumber(arg())], arg(), arg(), tonumber(arg())
+  if field == '-' then
+    redis.call('INCRBY', key, amount)
+  else
+    redis.call('HINCRBY', key, field, amount)
+  end
+  if ttl > 0 then redis.call('EXPIRE', key, ttl) end
+end
+local function spent_of(key)
+  local v = spent[key]
+  if v == nil then
+    v = tonumber(redis.call('GET', key)) or 0
+    spent[key] = v
+  end
+  return v
+end
+
 for _ = 1, tonumber(arg()) do
   local key, member = KEYS[tonumber(arg())], arg()
   redis.call('ZADD', key, 'XX', now + lease, member)
@@ -90,7 +116,7 @@ end
 
 local out = {}
 for _ = 1, tonumber(arg()) do
-  local rules, member, tokens = sets[tonumber(arg())], arg(), tonumber(arg())
+  local rules, member, tokens, cost = sets[tonumber(arg())], arg(), tonumber(arg()), arg()
   local admitted = 1
   local news = {}
   local first = #out + 2
@@ -98,7 +124,14 @@ for _ = 1, tonumber(arg()) do
   for i, r in ipairs(rules) do
     local key, kind, limit = r[1], r[2], r[3]
     local remaining, reset, retry
-    if kind == 'p' then
+    if kind == 'b' then
+      local have = limit - spent_of(key)
+      if have < tonumber(cost) then
+        remaining, reset, retry = have, 0, 1
+      else
+        remaining, reset, retry = have - tonumber(cost), 0, 0
+      end
+    elseif kind == 'p' then
       local n = used_of(key)
       if n >= limit then
         remaining, reset, retry = 0, 0, 1
@@ -126,7 +159,11 @@ for _ = 1, tonumber(arg()) do
   if admitted == 1 then
     for i, r in ipairs(rules) do
       local key = r[1]
-      if r[2] == 'p' then
+      if r[2] == 'b' then
+        spent[key] = spent[key] + tonumber(cost)
+        redis.call('INCRBY', key, cost)
+        if r[4] > 0 then redis.call('EXPIRE', key, r[4]) end
+      elseif r[2] == 'p' then
         used[key] = used[key] + 1
         added[key] = added[key] or {}
         table.insert(added[key], now + lease)

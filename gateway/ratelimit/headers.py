@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 from gateway.asgi import RawHeaders
+from gateway.governance.budgets import iso
+from gateway.governance.money import dollars, usd
 from gateway.ratelimit.rules import Reported, Rule, State, Values, Verdict
 
 KIND_WORDS = {
@@ -40,14 +42,27 @@ NAMES = {
 
 def ratelimit_headers(verdict: Verdict, reported: Reported) -> RawHeaders:
     """OpenAI's six headers (three per kind that has a limit), for the binding rule of each
-    kind: the one with the fewest left. The rules of each kind are known in advance."""
+    kind: the one with the fewest left. The rules of each kind are known in advance. With a
+    budget, what the least of them has left."""
     out: RawHeaders = []
     rules, values = verdict.rules, verdict.values
     for kind, ix in reported:
         i = ix[0] if len(ix) == 1 else _binding(rules, values, ix)
         remaining, reset_s, _ = values[i]
         out += kind_headers(kind, rules[i].limit_header, remaining, reset_s)
+    if rules and rules[-1].kind == "budget":  # budgets come last
+        left = min(v[0] for r, v in zip(rules, values, strict=True) if r.kind == "budget")
+        out.append(budget_header(left))
     return out
+
+
+BUDGET_HEADER = b"x-gateway-budget-remaining-usd"
+
+
+def budget_header(left: int) -> tuple[bytes, bytes]:
+    """What the binding budget has left, in dollars (exact), once the request's most is
+    reserved."""
+    return (BUDGET_HEADER, usd(max(0, left)).encode())
 
 
 def kind_headers(kind: str, limit: bytes, remaining: int, reset_s: float) -> RawHeaders:
@@ -89,4 +104,23 @@ def refusal_message(state: State, tokens: int) -> str:
     return (
         f"Rate limit reached for {rule.subject} on {words}: Limit {rule.limit}, Used {used}, "
         f"Requested {requested}. Please try again in {duration(state.retry_s)}."
+    )
+
+
+PER_PERIOD = {"day": "a day", "week": "a week", "month": "a month", "total": "in total"}
+
+
+def budget_message(state: State, cost: int) -> str:
+    """A budget's refusal: which budget, what it allows, what was spent, when it resets."""
+    rule = state.rule
+    assert rule.budget is not None and rule.window is not None, "a budget rule has both"
+    used = rule.limit - state.remaining
+    ends = rule.window.ends
+    resets = (
+        f"It resets at {iso(ends)}." if ends is not None else "It does not reset (period: total)."
+    )
+    return (
+        f"Budget exceeded for {rule.subject}: {dollars(rule.limit)} "
+        f"{PER_PERIOD[rule.budget.period]}, {dollars(used)} spent or reserved by requests in "
+        f"flight, and this request may cost up to {dollars(cost)}. {resets}"
     )

@@ -12,16 +12,22 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from core.errors import InvalidRequest, RateLimited, ServiceUnavailable
+from core.errors import InsufficientQuota, InvalidRequest, RateLimited, ServiceUnavailable
 from gateway.asgi import RawHeaders
-from gateway.ratelimit.headers import ratelimit_headers, refusal_message, retry_headers
+from gateway.ratelimit.headers import (
+    BUDGET_HEADER,
+    budget_message,
+    ratelimit_headers,
+    refusal_message,
+    retry_headers,
+)
 from gateway.ratelimit.memory import MemoryBackend
 from gateway.ratelimit.redis_backend import BackendDown, RedisBackend
-from gateway.ratelimit.rules import Ask, RateLimitConfig, Rule, RuleBook, Verdict
+from gateway.ratelimit.rules import Ask, RateLimitConfig, Rule, RuleBook, Spend, Verdict
 from gateway.routing.circuits import CLOSED, OPEN, Breaker, CircuitPolicy
 
 log = logging.getLogger("gateway.ratelimit")
@@ -52,7 +58,7 @@ class Backend(Protocol):
 
     async def admit(self, ask: Ask) -> Verdict: ...
 
-    def settle(self, ask: Ask, delta_tokens: int) -> None: ...
+    def settle(self, ask: Ask, delta_tokens: int, delta_cost: int = 0) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -65,13 +71,19 @@ class Grant:
     ask: Ask | None
     headers: RawHeaders
 
-    def settle(self, total_tokens: int | None) -> None:
-        """`total_tokens`: what the request used (None: unknown, the reservation stands)."""
-        if self.backend is None or self.ask is None:
-            return
-        delta = 0 if total_tokens is None else total_tokens - self.ask.tokens
+    def settle(self, total_tokens: int | None, cost: int | None = 0) -> int | None:
+        """`total_tokens`, `cost` (pico-dollars): what the request used (None: unknown, the
+        reservation stands). Returns what the request is charged: its cost, or when that is
+        unknown what its budgets keep reserved (None: nothing was reserved)."""
+        ask = self.ask
+        if self.backend is None or ask is None:
+            return cost
+        delta = 0 if total_tokens is None else total_tokens - ask.tokens
+        charged = cost if cost is not None else (ask.cost if ask.limits.budgets else None)
+        delta_cost = (charged or 0) - ask.cost if ask.limits.budgets else 0
         backend, self.backend = self.backend, None
-        backend.settle(self.ask, delta)
+        backend.settle(ask, delta, delta_cost)
+        return charged
 
 
 def no_grant() -> Grant:
@@ -85,7 +97,8 @@ class Limiter:
         self._observer = observer
         self._memory = MemoryBackend() if cfg.backend == "memory" else None
         self._redis = RedisBackend(cfg) if cfg.backend == "redis" else None
-        self._local = MemoryBackend("local", divisor=cfg.replicas)
+        charged = self._redis.charged if self._redis is not None else None
+        self._local = MemoryBackend("local", divisor=cfg.replicas, charged=charged)
         self._breaker = Breaker(CircuitPolicy(cfg.breaker.failures, cfg.breaker.cooldown_s))
         self._lease_prefix = secrets.token_hex(6) + "-"  # unique per process: leases are shared
         self._lease_count: Iterator[int] = itertools.count(1)
@@ -104,18 +117,22 @@ class Limiter:
         """A reloaded config's limits, same backend settings: the buckets keep their counts."""
         self._book = book
 
-    async def admit(self, key_id: str, model: str, label: str, cost: Callable[[], int]) -> Grant:
+    async def admit(
+        self, key_id: str, model: str, label: str, cost: Callable[[], tuple[int, int]]
+    ) -> Grant:
+        """`cost`: what the request may use at most, asked only when a limit needs it: its
+        tokens, and its cost in pico-dollars."""
         found = self._book.rules(key_id, model)
         if not found.rules:
             return no_grant()
-        tokens = 0
-        if found.tokens:
-            tokens = cost()
+        tokens = money = 0
+        if found.tokens or found.budgets:
+            tokens, money = cost()
             if found.max_tokens is not None and tokens > found.max_tokens:
                 raise self._unfit(found.rules, tokens, label)
         if self._memory is not None:  # no await: nothing to wait for
-            ask = Ask(found, tokens, "")
-            headers = self._memory.take(found, tokens)
+            ask = Ask(found, tokens, "", money)
+            headers = self._memory.take(found, tokens, money)
             if headers is None:
                 return self._granted(self._memory, ask, self._memory.decide(ask), label)
             self._allowed(label, self._memory.name)()
@@ -123,7 +140,7 @@ class Limiter:
         lease = ""  # names the request's parallel slots in Redis
         if found.parallel:
             lease = f"{self._lease_prefix}{next(self._lease_count):x}"
-        ask = Ask(found, tokens, lease)
+        ask = Ask(found, tokens, lease, money)
         backend, verdict = await self._decide(ask, label)
         if backend is None or verdict is None:
             self._observer.ratelimit_decision(label, "open", "none", "none")
@@ -188,8 +205,34 @@ class Limiter:
             headers=retry_headers(max(1.0, self._breaker.retry_in(time.monotonic()))),
         )
 
-    def _refusal(self, verdict: Verdict, ask: Ask, label: str, backend: str) -> RateLimited:
-        state = max((s for s in verdict.states if s.retry_s > 0), key=lambda s: s.retry_s)
+    def spend(self, entries: Sequence[Spend]) -> None:
+        """Adds to the spend ledger, where the limits are kept (a Redis that is away gets it
+        with its next call)."""
+        if self._memory is not None:
+            self._memory.spend(entries)
+        elif self._redis is not None:
+            self._redis.spend(entries, now=self._breaker.state == CLOSED)
+
+    @property
+    def memory(self) -> MemoryBackend | None:
+        """The memory backend, whose budgets and ledger the files store keeps."""
+        return self._memory
+
+    def _refusal(
+        self, verdict: Verdict, ask: Ask, label: str, backend: str
+    ) -> RateLimited | InsufficientQuota:
+        states = [s for s in verdict.states if s.retry_s > 0]
+        spent = [s for s in states if s.rule.kind == "budget"]
+        if spent:  # a budget outlasts any rate limit: it is what the caller must hear
+            state = spent[0]
+            self._observer.ratelimit_decision(
+                label, "rejected", f"{state.rule.scope}_budget", backend
+            )
+            return InsufficientQuota(
+                budget_message(state, ask.cost),
+                headers={"x-should-retry": "false", BUDGET_HEADER.decode(): "0"},
+            )
+        state = max(states, key=lambda s: s.retry_s)
         rule = state.rule
         self._observer.ratelimit_decision(label, "rejected", f"{rule.scope}_{rule.kind}", backend)
         headers = retry_headers(state.retry_s)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -19,10 +20,14 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from gateway.ratelimit.rules import Ask, RateLimitConfig, Rule, Values, Verdict
+from gateway.ratelimit.rules import Ask, RateLimitConfig, Rule, RuleSet, Spend, Values, Verdict
 
 log = logging.getLogger("gateway.ratelimit")
-KIND_CODE = {"requests": "r", "tokens": "t", "parallel": "p"}
+KIND_CODE = {"requests": "r", "tokens": "t", "parallel": "p", "budget": "b"}
+LEDGER_TTL_S = 400 * 86400  # a day's spend is kept this long
+# Adjustments queued while Redis cannot take them (each merged into one per counter): past it,
+# the oldest are dropped, and counted.
+MAX_ADJUSTMENTS = 100_000
 MAX_BATCH = 256  # admissions per call: bounds the script's time on the server
 MAX_IN_FLIGHT = 2  # calls out at once: one can fill while the other is answered
 
@@ -44,6 +49,9 @@ class RedisBackend:
         self._lease_s = cfg.lease_s
         self._admits: list[tuple[Ask, asyncio.Future[Verdict]]] = []
         self._settles: list[tuple[Ask, int]] = []
+        # Budgets settled and spend added: (key, field or "-", ttl) → amount, merged while
+        # queued; a failed call puts its own back (money is not dropped with the connection).
+        self._adjust: dict[tuple[str, str, int], int] = {}
         self._leases: dict[str, tuple[Rule, ...]] = {}  # held parallel slots, refreshed
         self._refresh_due = False
         self._drainers: set[asyncio.Task[None]] = set()
@@ -53,6 +61,7 @@ class RedisBackend:
         self._draining = 0
         self._refresher: asyncio.Task[None] | None = None
         self.lost_settlements = 0  # settlements a failed call could not apply
+        self.lost_adjustments = 0  # amounts of money dropped past MAX_ADJUSTMENTS
 
     async def start(self) -> None:
         self._refresher = asyncio.create_task(self._refresh_loop())
@@ -63,12 +72,40 @@ class RedisBackend:
         self._kick()
         return await fut  # a caller that leaves cancels it: see _drain
 
-    def settle(self, ask: Ask, delta_tokens: int) -> None:
+    def settle(self, ask: Ask, delta_tokens: int, delta_cost: int = 0) -> None:
+        if delta_cost:
+            for bucket, _, ttl in ask.limits.budgets:
+                self._add(bucket, "-", ttl, delta_cost)
         parallel = self._leases.pop(ask.lease, None)
         if parallel is None and not (delta_tokens and _has(ask, "tokens")):
+            if delta_cost:
+                self._kick()
             return
         self._settles.append((ask, delta_tokens))
         self._kick()
+
+    def spend(self, entries: Sequence[Spend], now: bool = True) -> None:
+        """Adds to the spend ledger; with `now` False, only queued for the next call (the
+        limiter's breaker is open: the call would fail)."""
+        for day, name, amount in entries:
+            self._add(day, name, LEDGER_TTL_S, amount)
+        if now:
+            self._kick()
+
+    def charged(self, ask: Ask, amount: int) -> None:
+        """A request admitted while Redis was away (the `local` fallback) was charged this:
+        queued for the budgets' counters here, for the next call."""
+        if amount:
+            for bucket, _, ttl in ask.limits.budgets:
+                self._add(bucket, "-", ttl, amount)
+
+    def _add(self, key: str, name: str, ttl: int, amount: int) -> None:
+        slot = (key, name, ttl)
+        adjust = self._adjust
+        if slot not in adjust and len(adjust) >= MAX_ADJUSTMENTS:
+            self.lost_adjustments += 1
+            del adjust[next(iter(adjust))]
+        adjust[slot] = adjust.get(slot, 0) + amount
 
     def _kick(self) -> None:
         """A call goes out now if fewer than MAX_IN_FLIGHT are out; otherwise the work waits
@@ -86,21 +123,26 @@ class RedisBackend:
             self._draining -= 1  # in the same step as the loop's last look at the queues
 
     async def _drain_queued(self) -> None:
-        while self._admits or self._settles or self._refresh_due:
+        while self._admits or self._settles or self._refresh_due or self._adjust:
             admits, self._admits = self._admits[:MAX_BATCH], self._admits[MAX_BATCH:]
             admits = [(a, f) for a, f in admits if not f.done()]  # callers that left
             settles, self._settles = self._settles[:MAX_BATCH], self._settles[MAX_BATCH:]
+            adjust, self._adjust = self._adjust, {}
             refresh = self._refresh_due
             self._refresh_due = False
             try:
-                verdicts = await self._call(admits, settles, refresh)
+                verdicts = await self._call(admits, settles, adjust, refresh)
             except Exception as exc:  # any failure of the backend: the limiter decides
                 self.lost_settlements += len(settles)
+                for (key, name, ttl), amount in adjust.items():
+                    self._add(key, name, ttl, amount)
                 down = BackendDown(f"{type(exc).__name__}: {exc}")
                 for _, fut in admits:
                     if not fut.done():
                         fut.set_exception(down)
                 await self._drop_connections()
+                if not (self._admits or self._settles):
+                    return  # money alone waits for the next call, not a loop against a dead Redis
                 continue
             for (ask, fut), verdict in zip(admits, verdicts, strict=True):
                 if verdict.admitted and _has(ask, "parallel"):
@@ -108,20 +150,28 @@ class RedisBackend:
                 if not fut.done():
                     fut.set_result(verdict)
                 elif verdict.admitted:  # its caller left while the call was out: give it back
-                    self.settle(ask, -ask.tokens)
+                    self.settle(ask, -ask.tokens, -ask.cost)
 
     async def _call(
-        self, admits: list[tuple[Ask, Any]], settles: list[tuple[Ask, int]], refresh: bool
+        self,
+        admits: list[tuple[Ask, Any]],
+        settles: list[tuple[Ask, int]],
+        adjust: dict[tuple[str, str, int], int],
+        refresh: bool,
     ) -> list[Verdict]:
         call = _Call(self._prefix)
-        settle_args = [f"{call.ruleset(s.rules)} {s.lease or '-'} {d}" for s, d in settles]
-        admit_args = [f"{call.ruleset(a.rules)} {a.lease or '-'} {a.tokens}" for a, _ in admits]
+        settle_args = [f"{call.ruleset(s.limits)} {s.lease or '-'} {d}" for s, d in settles]
+        adjust_args = [f"{call.key(k)} {n} {a} {t}" for (k, n, t), a in adjust.items() if a]
+        admit_args = [
+            f"{call.ruleset(a.limits)} {a.lease or '-'} {a.tokens} {a.cost}" for a, _ in admits
+        ]
         refresh_args = self._refreshes(call) if refresh else []
         words = " ".join(
             [
                 str(self._lease_s),
                 str(len(call.sets)), *map(str, call.set_args),
                 str(len(settles)), *settle_args,
+                str(len(adjust_args)), *adjust_args,
                 str(len(refresh_args) // 2), *map(str, refresh_args),
                 str(len(admits)), *admit_args,
             ]
@@ -207,13 +257,17 @@ class _Call:
             index = self.keys[name] = len(self.keys) + 1
         return index
 
-    def ruleset(self, rules: tuple[Rule, ...]) -> int:
+    def ruleset(self, found: RuleSet) -> int:
+        rules = found.rules
         index = self.sets.get(id(rules))
         if index is None:
             index = self.sets[id(rules)] = len(self.sets) + 1
             self.set_args.append(len(rules))
+            ttls = iter([ttl for _, _, ttl in found.budgets])  # the budget rules' own, in order
             for r in rules:
                 self.set_args += (self.key(r.bucket), KIND_CODE[r.kind], r.limit)
+                if r.kind == "budget":
+                    self.set_args.append(next(ttls))
         return index
 
 

@@ -37,6 +37,12 @@ class Plan:
             node = node.children[0]
         return node, self.resolve(node)
 
+    def targets(self) -> tuple[tuple[str, str], ...]:
+        """Every (provider, model) the plan may try: a budget reserves at the highest price
+        among them."""
+        found = (self.resolve(leaf) for leaf in leaves(self.root))
+        return tuple((t.provider, t.model) for t in found)
+
 
 def _direct(node: Node) -> Node:
     """A group that can only ever use its first child is that child: a single target's alias

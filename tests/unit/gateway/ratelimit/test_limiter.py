@@ -347,8 +347,8 @@ def limiter(
     return Limiter(RateLimitConfig(**cfg), RuleBook(keys, models or {}), seen), seen  # type: ignore[arg-type]
 
 
-def cost(n: int) -> Callable[[], int]:
-    return lambda: n
+def cost(n: int, money: int = 0) -> Callable[[], tuple[int, int]]:
+    return lambda: (n, money)
 
 
 async def test_limiter_refuses_with_openai_429_and_retry_headers() -> None:
@@ -370,7 +370,7 @@ async def test_limiter_refuses_with_openai_429_and_retry_headers() -> None:
 async def test_limiter_counts_tokens_only_when_a_token_limit_applies() -> None:
     lim, _ = limiter({"a": KeyLimits(Limits(rpm=5), ())})
 
-    def boom() -> int:
+    def boom() -> tuple[int, int]:
         raise AssertionError("no token limit: nothing to count")
 
     await lim.admit("a", "m", "m", boom)

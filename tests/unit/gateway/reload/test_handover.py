@@ -95,7 +95,7 @@ async def running(doc: dict[str, Any], make: Callable[[str], Fake] = Fake) -> Ru
 
 
 async def admit(runtime: Runtime, key: str = "t") -> None:
-    await runtime.limiter.admit(key, "m", "m", lambda: 0)
+    await runtime.limiter.admit(key, "m", "m", lambda: (0, 0))
 
 
 # ---------------------------------------------------------------- the successor

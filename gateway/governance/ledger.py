@@ -1,0 +1,28 @@
+"""The spend ledger: what requests cost, per UTC day, by key, team and model. Each day is one
+hash of pico-dollar counters ("s:20261128" → "k:<key id>", "t:<team>", "m:<model>"), added to
+where the limits are kept (Redis, in the limiter's own calls; or the memory backend) and kept
+400 days."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from gateway.ratelimit.rules import Spend
+
+KEEP_DAYS = 400
+GROUPS = {"key": "k:", "team": "t:", "model": "m:"}  # group_by → the fields' prefix
+
+
+def day_hash(day: dt.date) -> str:
+    return "s:" + day.strftime("%Y%m%d")
+
+
+def ledger(
+    key_id: str, team: str | None, model: str, amount: int, now: dt.datetime | None = None
+) -> list[Spend]:
+    """The entries one request's cost adds, on the day it ended."""
+    day = day_hash((now or dt.datetime.now(dt.UTC)).date())
+    out = [(day, "k:" + key_id, amount), (day, "m:" + model, amount)]
+    if team:
+        out.append((day, "t:" + team, amount))
+    return out
