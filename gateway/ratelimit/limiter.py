@@ -12,9 +12,9 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from core.errors import InsufficientQuota, InvalidRequest, RateLimited, ServiceUnavailable
 from gateway.asgi import RawHeaders
@@ -31,6 +31,7 @@ from gateway.ratelimit.rules import Ask, RateLimitConfig, Rule, RuleBook, Spend,
 from gateway.routing.circuits import CLOSED, OPEN, Breaker, CircuitPolicy
 
 log = logging.getLogger("gateway.ratelimit")
+T = TypeVar("T")
 
 
 class Observer(Protocol):
@@ -212,6 +213,38 @@ class Limiter:
             self._memory.spend(entries)
         elif self._redis is not None:
             self._redis.spend(entries, now=self._breaker.state == CLOSED)
+
+    async def read_ledger(self, days: Sequence[str]) -> dict[str, dict[str, int]]:
+        """The spend ledger's days (gateway.governance.ledger's hashes): field → pico-dollars.
+        A Redis that cannot answer is a 503."""
+        if self._redis is None:
+            ledger = self._memory.ledger if self._memory is not None else {}
+            out: dict[str, dict[str, int]] = {day: {} for day in days}
+            for (day, name), amount in ledger.items():
+                if day in out:
+                    out[day][name] = amount
+            return out
+        return await self._read(self._redis.read_ledger(days))
+
+    async def read_counters(self, buckets: Sequence[str]) -> dict[str, int]:
+        """Budget counters by bucket: pico-dollars spent or reserved in their period."""
+        if self._redis is None:
+            spent = self._memory.spent if self._memory is not None else {}
+            return {b: spent.get(b, 0) for b in buckets}
+        return await self._read(self._redis.read_counters(buckets))
+
+    async def _read(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except Exception as exc:  # any failure of Redis: the caller may try again
+            raise ServiceUnavailable(
+                f"The limits' backend could not answer ({type(exc).__name__}); try again shortly."
+            ) from None
+
+    def budget_rules(self, key_id: str, model: str = "") -> tuple[Rule, ...]:
+        """The budgets that apply to a key (on `model`, its model budgets too), in their
+        current periods."""
+        return tuple(r for r in self._book.rules(key_id, model).rules if r.kind == "budget")
 
     @property
     def memory(self) -> MemoryBackend | None:

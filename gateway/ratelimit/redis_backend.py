@@ -99,6 +99,26 @@ class RedisBackend:
             for bucket, _, ttl in ask.limits.budgets:
                 self._add(bucket, "-", ttl, amount)
 
+    async def read_ledger(self, days: Sequence[str]) -> dict[str, dict[str, int]]:
+        """Each day's hash of the spend ledger: field → pico-dollars."""
+        async with asyncio.timeout(self._timeout * 5):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for day in days:
+                    pipe.hgetall(self._prefix + day)
+                replies = await pipe.execute()
+        return {
+            day: {k.decode(): int(v) for k, v in reply.items()}
+            for day, reply in zip(days, replies, strict=True)
+        }
+
+    async def read_counters(self, buckets: Sequence[str]) -> dict[str, int]:
+        """Budget counters: pico-dollars spent or reserved (0 for one never used)."""
+        if not buckets:
+            return {}
+        async with asyncio.timeout(self._timeout * 5):
+            values = await self._client.mget([self._prefix + b for b in buckets])
+        return {b: int(v) if v is not None else 0 for b, v in zip(buckets, values, strict=True)}
+
     def _add(self, key: str, name: str, ttl: int, amount: int) -> None:
         slot = (key, name, ttl)
         adjust = self._adjust
