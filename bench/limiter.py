@@ -1,16 +1,21 @@
-"""What the rate limiter costs: the same wrk load through three gateways on the mock upstream,
+"""What the rate limiter costs: the same wrk load through four gateways on the mock upstream,
 one without limits, one with the memory limiter, one with the Redis limiter (a real
-redis-server), each with 1 worker and with metrics on.
+redis-server), and one with the Redis limiter and budgets, each with 1 worker and with metrics
+on.
 
 The limited gateways check every kind of limit on every request (the key's rpm, tpm and
-parallel slots, high enough never to refuse), so each request is reserved and settled.
+parallel slots, high enough never to refuse), so each request is reserved and settled. The
+budgeted one also prices the mock's model and gives the key and its team a budget (too large to
+refuse): each request reserves its most at admission, in the same Redis call as the limits, and
+is charged its cost to the budgets and the spend ledger when it ends.
 The targets run one at a time, alternating over many short rounds (this machine's speed drifts
 by tens of percent over seconds); each round compares the limiters with the run without limits
 of that round, and the report is the median over rounds.
 
     .venv/bin/python bench/limiter.py [--rounds 15] [--duration 3] [--check]
 
-Budgets: memory >= 95% and redis >= 80% of the requests/s without limits, at 32 connections.
+Budgets: memory >= 95% and redis >= 80% of the requests/s without limits, at 32 connections;
+budgets >= 90% of the Redis limiter's (limits only).
 Writes bench/limiter_results.json.
 """
 
@@ -48,20 +53,29 @@ from run import (
 )
 
 BUDGETS = {"memory": 0.95, "redis": 0.80}
+BUDGETED = 0.90  # the budgeted gateway against the Redis limiter's, limits only
 LIMITS = "{rpm: 1000000000, tpm: 1000000000000, max_parallel: 100000}"
+BUDGET = "{usd: 1000000, period: month}"
+PRICING = '{"*": {input: 0.15, cached_input: 0.075, output: 0.6}}'
+
 THROUGHPUT = next(s for s in SCENARIOS if s.name == "throughput")
 
 
 def config(port: int, mock_port: int, limiter: str, redis_url: str) -> str:
     limits = f", limits: {LIMITS}" if limiter != "none" else ""
-    backend = "redis" if limiter == "redis" else "memory"
+    backend = "redis" if limiter in ("redis", "budget") else "memory"
+    budgeted = limiter == "budget"
+    budget = f", team: bench-team, budget: {BUDGET}" if budgeted else ""
+    pricing = f", pricing: {PRICING}" if budgeted else ""
+    team = f"teams:\n  bench-team: {{budget: {BUDGET}}}\n" if budgeted else ""
     return (
         f"server: {{host: {HOST}, port: {port}}}\n"
+        f"{team}"
         "auth:\n"
         "  keys:\n"
-        f"    - {{id: bench, key: {API_KEY}{limits}}}\n"
+        f"    - {{id: bench, key: {API_KEY}{limits}{budget}}}\n"
         "providers:\n"
-        f'  mock: {{type: openai-compatible, base_url: "http://{HOST}:{mock_port}/v1"}}\n'
+        f'  mock: {{type: openai-compatible, base_url: "http://{HOST}:{mock_port}/v1"{pricing}}}\n'
         "models:\n"
         "  bench-model: {targets: [{provider: mock, model: mock-model}]}\n"
         f'rate_limit: {{backend: {backend}, redis_url: "{redis_url}"}}\n'
@@ -101,7 +115,7 @@ def start_gateway(procs: Processes, name: str, mock: Target, redis_url: str, tmp
 
 def bench(args: argparse.Namespace, tmp: Path) -> dict[str, list[Run]]:
     procs = Processes(tmp)
-    runs: dict[str, list[Run]] = {"none": [], "memory": [], "redis": []}
+    runs: dict[str, list[Run]] = {"none": [], "memory": [], "redis": [], "budget": []}
     try:
         mock = start_mock(procs, 64)
         redis_url = start_redis(procs)
@@ -120,18 +134,17 @@ def bench(args: argparse.Namespace, tmp: Path) -> dict[str, list[Run]]:
     return runs
 
 
-def ratios(runs: dict[str, list[Run]], name: str) -> list[float]:
-    """Per round, against the run without limits of the same round: the machine's drift
-    between rounds cancels out."""
+def ratios(runs: dict[str, list[Run]], name: str, base: str = "none") -> list[float]:
+    """Per round, against the run of `base` of the same round: the machine's drift between
+    rounds cancels out."""
     return [
-        r.requests_per_s / base.requests_per_s
-        for r, base in zip(runs[name], runs["none"], strict=True)
+        r.requests_per_s / b.requests_per_s for r, b in zip(runs[name], runs[base], strict=True)
     ]
 
 
 def report(runs: dict[str, list[Run]], args: argparse.Namespace) -> int:
     median = {name: statistics.median(r.requests_per_s for r in rs) for name, rs in runs.items()}
-    ratio = {name: statistics.median(ratios(runs, name)) for name in BUDGETS}
+    ratio = {name: statistics.median(ratios(runs, name)) for name in (*BUDGETS, "budget")}
     print("| limiter | req/s (median) | runs | vs no limits (median of rounds) |")
     print("| --- | ---: | --- | --- |")
     for name, value in median.items():
@@ -147,6 +160,17 @@ def report(runs: dict[str, list[Run]], args: argparse.Namespace) -> int:
         }
         for name, floor in BUDGETS.items()
     ]
+    budgeted = statistics.median(ratios(runs, "budget", "redis"))
+    ratio["budget_vs_redis"] = budgeted
+    print(f"\nbudgets: {100 * budgeted:.1f}% of the Redis limiter's req/s (median of rounds)")
+    checks.append(
+        {
+            "name": "redis limiter with budgets / limits only, req/s at 32 connections",
+            "value": f"{100 * budgeted:.1f}%",
+            "budget": f">= {100 * BUDGETED:.0f}%",
+            "ok": budgeted >= BUDGETED,
+        }
+    )
     print()
     for c in checks:
         print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['name']}: {c['value']} (budget {c['budget']})")
