@@ -6,6 +6,7 @@
 Edit the table, not the JSON: `make chart-check` fails when they differ, runs every query
 through promtool, and evaluates each one on a real Prometheus scraping a gateway under traffic.
 Variables: $datasource (Prometheus), $job (the scrape job), $model (aliases; All by default).
+New rows go last: a panel's id is its place, and links to a panel (viewPanel=<id>) keep working.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ MODEL = f'{SEL}, model=~"$model"'
 GENAI_MODEL = f'{SEL}, gen_ai_request_model=~"$model"'
 RI = "$__rate_interval"
 RANGE = "$__range"  # the dashboard's time range
+PER_HOUR = "* 3600"  # a rate per second as one per hour: spend reads in dollars an hour
+SPEND_BY_TEAM = "Spend by team (USD/h)"
+SPEND_BY_MODEL = "Spend by model (USD/h)"
+STACKED = frozenset([SPEND_BY_TEAM, SPEND_BY_MODEL])  # parts of one total: stacked, they add up
 
 
 def quantiles(
@@ -152,6 +157,25 @@ ROWS: list[tuple[str, list[tuple[str, str, str, int, list[tuple[str, str]]]]]] =
          [(f"min by (instance) (gateway_config_last_reload_success{{{SEL}}})",
            "{{instance}}")]),
     ]),
+    ("Spend and budgets", [
+        (SPEND_BY_TEAM, "timeseries", "currencyUSD", 8,
+         [(f"sum by (team) (rate(gateway_spend_usd_total{{{MODEL}}}[{RI}])) {PER_HOUR}",
+           "{{team}}")]),
+        (SPEND_BY_MODEL, "timeseries", "currencyUSD", 8,
+         [(f"sum by (model) (rate(gateway_spend_usd_total{{{MODEL}}}[{RI}])) {PER_HOUR}",
+           "{{model}}")]),
+        ("Spend by team (time range)", "stat", "currencyUSD", 8,
+         [(f"sum by (team) (increase(gateway_spend_usd_total{{{MODEL}}}[{RANGE}]))",
+           "{{team}}")]),
+        # Unpriced targets cost 0: their traffic is missing from the spend above.
+        ("Unpriced requests/s by model and provider", "timeseries", "reqps", 12,
+         [(f"sum by (model, provider) (rate(gateway_unpriced_requests_total{{{MODEL}}}[{RI}]))",
+           "{{model}} ({{provider}})")]),
+        # Each pod reports what it saw last: the highest is the nearest to the truth.
+        ("Budgets near their end (share spent or reserved)", "bargauge", "percentunit", 12,
+         [(f"sort_desc(max by (scope, team) (gateway_budget_used_ratio{{{SEL}}}))",
+           "{{team}} ({{scope}} budget)")]),
+    ]),
 ]  # fmt: skip
 
 CIRCUIT_MAPPINGS = [
@@ -161,14 +185,38 @@ CIRCUIT_MAPPINGS = [
         "2": {"text": "open", "color": "red"},
     }},
 ]  # fmt: skip
+STACKING = {"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 25}
+# The bar gauge shows budgets: a share of each, full at 1 (past it, requests are refused),
+# warning from 75%, as the alerts do from 90%.
+SHARE_THRESHOLDS = {"mode": "absolute", "steps": [
+    {"color": "green", "value": None},
+    {"color": "yellow", "value": 0.75},
+    {"color": "orange", "value": 0.9},
+    {"color": "red", "value": 1},
+]}  # fmt: skip
+BARGAUGE_DEFAULTS = {"min": 0, "max": 1, "thresholds": SHARE_THRESHOLDS,
+                     "color": {"mode": "thresholds"}}  # fmt: skip
+BARGAUGE_OPTIONS = {
+    "orientation": "horizontal", "displayMode": "gradient", "showUnfilled": True,
+    "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+}  # fmt: skip
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 
 def panel(pid: int, title: str, kind: str, unit: str, grid: dict[str, int],
           queries: list[tuple[str, str]]) -> dict[str, Any]:  # fmt: skip
     defaults: dict[str, Any] = {"unit": unit}
+    options: dict[str, Any] = {"legend": {"displayMode": "list", "placement": "bottom"}}
     if kind == "state-timeline":
         defaults["mappings"] = CIRCUIT_MAPPINGS
+    if title in STACKED:
+        defaults["custom"] = STACKING
+    if kind == "bargauge":
+        defaults |= BARGAUGE_DEFAULTS
+        options |= BARGAUGE_OPTIONS
+    # A bar gauge shows each series' latest value: asked as of now, its bars keep the order
+    # of the query's answer (sort_desc), which a range query's answer does not have.
+    instant = kind == "bargauge"
     return {
         "id": pid,
         "type": kind,
@@ -176,14 +224,19 @@ def panel(pid: int, title: str, kind: str, unit: str, grid: dict[str, int],
         "datasource": DATASOURCE,
         "gridPos": grid,
         "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
-        "targets": [target(i, expr, legend) for i, (expr, legend) in enumerate(queries)],
+        "options": options,
+        "targets": [target(i, expr, legend, instant) for i, (expr, legend) in enumerate(queries)],
     }
 
 
-def target(i: int, expr: str, legend: str) -> dict[str, Any]:
+def target(i: int, expr: str, legend: str, instant: bool = False) -> dict[str, Any]:
     ref = chr(ord("A") + i)
-    return {"refId": ref, "datasource": DATASOURCE, "expr": expr, "legendFormat": legend}
+    out: dict[str, Any] = {
+        "refId": ref, "datasource": DATASOURCE, "expr": expr, "legendFormat": legend
+    }  # fmt: skip
+    if instant:
+        out |= {"instant": True, "range": False}
+    return out
 
 
 def panels() -> list[dict[str, Any]]:
@@ -225,7 +278,8 @@ def dashboard() -> dict[str, Any]:
         "uid": UID,
         "title": "Completions gateway",
         "description": "Traffic, latency, tokens, rate limits, upstream health, files and "
-        "batches of the OpenAI-compatible completions gateway (deploy/grafana/dashboard.py).",
+        "batches, spend and budgets of the OpenAI-compatible completions gateway "
+        "(deploy/grafana/dashboard.py).",
         "tags": ["completions-gateway", "llm"],
         "timezone": "browser",
         "schemaVersion": 39,

@@ -6,6 +6,8 @@ where the limits are kept (Redis, in the limiter's own calls; or the memory back
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import time
 
 from gateway.ratelimit.rules import Spend
 
@@ -20,9 +22,14 @@ def day_hash(day: dt.date) -> str:
 def ledger(
     key_id: str, team: str | None, model: str, amount: int, now: dt.datetime | None = None
 ) -> list[Spend]:
-    """The entries one request's cost adds, on the day it ended."""
-    day = day_hash((now or dt.datetime.now(dt.UTC)).date())
+    """The entries one request's cost adds, on the UTC day it ended."""
+    day = day_hash(now.date()) if now is not None else _today(int(time.time() // 86400))
     out = [(day, "k:" + key_id, amount), (day, "m:" + model, amount)]
     if team:
         out.append((day, "t:" + team, amount))
     return out
+
+
+@functools.lru_cache(maxsize=2)  # named once a day, not per request
+def _today(number: int) -> str:
+    return day_hash(dt.date(1970, 1, 1) + dt.timedelta(days=number))

@@ -188,8 +188,11 @@ def _charge(flow: Flow[R, A, K], grant: Grant, principal: Principal) -> None:
     """The reservation settled to what was used (unknown usage keeps it), and what the request
     cost added to its key's, team's and model's spend."""
     rt, rec, call = flow.inbound.runtime, flow.record, flow.call
-    cost: int | None = None
     usage = rec.usage
+    if not rt.prices:  # nothing is priced: every request costs 0
+        grant.settle(rec.total_tokens, None if usage is None else 0)
+        return
+    cost: int | None = None
     if usage is not None and call is not None:
         target = call.target
         price = rt.prices.price(target.provider, target.model)
