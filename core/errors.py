@@ -11,6 +11,7 @@
     ├── NotFound                      404 (route)
     │   └── ModelNotFound             404 code=model_not_found
     ├── MethodNotAllowed              405
+    ├── Conflict                      409 code=conflict (an id taken; a team with keys)
     ├── RateLimited                   429 code=rate_limit_exceeded (+ retry-after)
     ├── InsufficientQuota             429 insufficient_quota (a budget spent; not retried)
     ├── ServiceUnavailable            503 (not ready / shutting down)
@@ -145,6 +146,14 @@ class MethodNotAllowed(GatewayError):
     status = 405
     type = "invalid_request_error"
     code = "method_not_allowed"
+
+
+class Conflict(GatewayError):
+    """What the call asks contradicts what exists: an id already taken, a team still in use."""
+
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
 
 
 class RateLimited(GatewayError):

@@ -510,7 +510,13 @@ def _query(name: str, schema: Schema, description: str = "") -> Schema:
 
 
 def paths() -> Schema:
-    return {**_inference_paths(), **_files_paths(), **_batches_paths(), **_service_paths()}
+    return {
+        **_inference_paths(),
+        **_files_paths(),
+        **_batches_paths(),
+        **_service_paths(),
+        **_admin_paths(),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -695,6 +701,259 @@ def _service_paths() -> Schema:
     }
 
 
+# ---------------------------------------------------------------- the admin API
+
+# The gateway's own bounds on what the admin API takes (gateway.config.accounts' ids, budget
+# periods, gateway.governance's rotation grace, spend range and groups): stated here, where
+# core cannot import them; tests/unit/gateway/api/test_admin.py holds the two together.
+ADMIN_ID = "^[A-Za-z0-9._@+=-]{1,64}$"
+BUDGET_PERIODS = ("day", "week", "month", "total")
+MAX_GRACE_S = 30 * 86400
+MAX_SPEND_DAYS = 400
+SPEND_GROUPS = ("key", "team", "model")
+LIMIT_NAMES = ("rpm", "tpm", "max_parallel")
+ADMIN_KEY_NOTE = (
+    "An admin key (`auth.admin_keys`), presented as any key is; any other key is refused "
+    "(401, or 403 for an inference key)."
+)
+
+
+def _nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _admin_parts() -> dict[str, Schema]:
+    """What keys and teams are made of: limits, budgets, glob lists, as sent and as shown."""
+    positive = {"type": "integer", "minimum": 1}
+    globs = {"type": "array", "items": {"type": "string"}}
+    usd = {"type": "string", "description": "US dollars, an exact decimal number"}
+    return {
+        "Limits": {
+            "type": "object",
+            "properties": {name: positive for name in LIMIT_NAMES},
+            "additionalProperties": False,
+        },
+        "BudgetRequest": {
+            "type": "object",
+            "required": ["usd", "period"],
+            "properties": {
+                "usd": {"type": ["number", "string"], "description": "US dollars, read exactly"},
+                "period": {"enum": [*BUDGET_PERIODS]},
+            },
+            "additionalProperties": False,
+        },
+        "Budget": {
+            "type": "object",
+            "required": ["usd", "period"],
+            "properties": {"usd": usd, "period": {"enum": [*BUDGET_PERIODS]}},
+        },
+        "BudgetState": {
+            "type": "object",
+            "description": "A budget in its current period; `spent_usd` counts what requests "
+            "under way hold too. `resets_at`: when the period ends (null: a total budget).",
+            "required": ["scope", "usd", "period", "spent_usd", "remaining_usd", "resets_at"],
+            "properties": {
+                "scope": {"enum": ["key", "team"]},
+                "usd": usd,
+                "period": {"enum": [*BUDGET_PERIODS]},
+                "spent_usd": usd,
+                "remaining_usd": usd,
+                "resets_at": {"type": ["string", "null"], "format": "date-time"},
+            },
+        },
+        "Globs": globs,
+    }
+
+
+def _settings(shown: bool, team: bool) -> Schema:
+    """The settings of a key (team: of a team), as a request sends them (null: the default) or
+    as an object shows them."""
+    ref = {"$ref": REF + "Globs"}
+    limits = {"$ref": REF + "Limits"}
+    budget = {"$ref": REF + ("Budget" if shown else "BudgetRequest")}
+    out: Schema = {
+        "models": ref if shown else _nullable(ref),
+        "providers": _nullable(ref) if team or not shown else ref,
+        "limits": limits if shown else _nullable(limits),
+        "budget": _nullable(budget),
+        "model_budgets": {"type": "object", "additionalProperties": budget},
+    }
+    if not shown:
+        out["model_budgets"] = _nullable(out["model_budgets"])
+    if not team:
+        per_model = {"type": "object", "additionalProperties": limits}
+        out["model_limits"] = per_model if shown else _nullable(per_model)
+        out["team"] = {"type": ["string", "null"]}
+        moment = {"type": ["integer", "number", "string", "null"]}
+        out["expires_at"] = {"type": ["integer", "number", "null"]} if shown else moment
+    return out
+
+
+def _admin_object(kind: str, team: bool) -> Schema:
+    properties: Schema = {
+        "id": {"type": "string"},
+        "object": {"const": kind},
+        "source": {
+            "enum": ["config", "runtime"],
+            "description": "config: the YAML's (read-only here); runtime: made here",
+        },
+        **_settings(shown=True, team=team),
+        "created_at": {"type": ["integer", "null"]},
+    }
+    if not team:
+        properties["rotated_until"] = {
+            "type": ["integer", "number", "null"],
+            "description": "When the secret a rotation replaced stops working (null: none).",
+        }
+    return {"type": "object", "required": [*properties], "properties": properties}
+
+
+def admin_schemas() -> dict[str, Schema]:
+    named = _admin_parts()
+    key, team = _admin_object("gateway.key", False), _admin_object("gateway.team", True)
+    ident = {"type": "string", "pattern": ADMIN_ID}
+    named["AdminKey"] = key
+    named["AdminKeyDetail"] = {
+        "allOf": [{"$ref": REF + "AdminKey"}],
+        "type": "object",
+        "required": ["budgets"],
+        "properties": {"budgets": {"type": "array", "items": {"$ref": REF + "BudgetState"}}},
+    }
+    named["AdminKeyIssued"] = {
+        "allOf": [{"$ref": REF + "AdminKey"}],
+        "type": "object",
+        "required": ["key"],
+        "properties": {
+            "key": {"type": "string", "description": "The secret: shown once, never again."}
+        },
+    }
+    named["AdminTeam"] = team
+    named["AdminKeyList"] = _list_of({"$ref": REF + "AdminKey"}, paged=False)
+    named["AdminTeamList"] = _list_of({"$ref": REF + "AdminTeam"}, paged=False)
+    named["AdminDeleted"] = {
+        "type": "object",
+        "required": ["id", "object", "deleted"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"enum": ["gateway.key", "gateway.team"]},
+            "deleted": {"const": True},
+        },
+    }
+    for name, team_kind, with_id in (
+        ("CreateKeyRequest", False, True),
+        ("UpdateKeyRequest", False, False),
+        ("CreateTeamRequest", True, True),
+        ("UpdateTeamRequest", True, False),
+    ):
+        properties = _settings(shown=False, team=team_kind)
+        if with_id:
+            properties = {"id": _nullable(ident), **properties}
+        named[name] = {
+            "type": "object",
+            "properties": properties,
+            "additionalProperties": False,
+            "description": "Unknown fields are refused (400). A null is the field's default"
+            + ("." if with_id else "; a field left out keeps its value."),
+        }
+    named["RotateKeyRequest"] = {
+        "type": "object",
+        "properties": {"grace_s": {"type": "number", "minimum": 0, "maximum": MAX_GRACE_S}},
+        "additionalProperties": False,
+    }
+    named["AdminSpend"] = _spend_schema()
+    return named
+
+
+def _spend_schema() -> Schema:
+    row = {
+        "type": "object",
+        "required": ["date", "spend_usd"],
+        "properties": {
+            "date": {"type": "string", "format": "date"},
+            **{group: {"type": "string"} for group in SPEND_GROUPS},
+            "spend_usd": {"type": "string", "description": "US dollars, an exact decimal number"},
+        },
+        "description": "One day's spend of one member of the group (its field: `group_by`).",
+    }
+    listed = _list_of(row, paged=False)
+    listed["properties"].update(
+        group_by={"enum": [*SPEND_GROUPS]},
+        start={"type": "string", "format": "date"},
+        end={"type": "string", "format": "date"},
+    )
+    listed["required"] += ["group_by", "start", "end"]
+    return listed
+
+
+# Each admin operation: path, method, operation id, summary, answer, request body (None: none;
+# "?" after it: optional).
+ADMIN_OPS: tuple[tuple[str, str, str, str, str, str | None], ...] = (
+    ("/admin/keys", "get", "adminListKeys", "Every key: the YAML's and runtime ones",
+     "AdminKeyList", None),
+    ("/admin/keys", "post", "adminCreateKey", "Create a runtime key (its secret shown once)",
+     "AdminKeyIssued", "CreateKeyRequest"),
+    ("/admin/keys/{key_id}", "get", "adminGetKey", "A key, and its budgets this period",
+     "AdminKeyDetail", None),
+    ("/admin/keys/{key_id}", "patch", "adminUpdateKey", "Change a runtime key", "AdminKey",
+     "UpdateKeyRequest"),
+    ("/admin/keys/{key_id}", "delete", "adminDeleteKey", "Revoke a runtime key", "AdminDeleted",
+     None),
+    ("/admin/keys/{key_id}/rotate", "post", "adminRotateKey",
+     "A new secret (shown once); the old one works for grace_s more", "AdminKeyIssued",
+     "RotateKeyRequest?"),
+    ("/admin/teams", "get", "adminListTeams", "Every team: the YAML's and runtime ones",
+     "AdminTeamList", None),
+    ("/admin/teams", "post", "adminCreateTeam", "Create a runtime team", "AdminTeam",
+     "CreateTeamRequest"),
+    ("/admin/teams/{team_id}", "get", "adminGetTeam", "A team", "AdminTeam", None),
+    ("/admin/teams/{team_id}", "patch", "adminUpdateTeam", "Change a runtime team", "AdminTeam",
+     "UpdateTeamRequest"),
+    ("/admin/teams/{team_id}", "delete", "adminDeleteTeam",
+     "Delete a runtime team (409 while keys belong to it)", "AdminDeleted", None),
+    ("/admin/spend", "get", "adminSpend", "Spend per UTC day by key, team or model",
+     "AdminSpend", None),
+)  # fmt: skip
+
+
+def _admin_parameters() -> dict[str, list[Schema]]:
+    """The parameters of each admin path."""
+    date = {"type": "string", "format": "date"}
+    key_id = _path_param("key_id", "A key's id (the YAML's or a runtime one).")
+    team_id = _path_param("team_id", "A team's id (the YAML's or a runtime one).")
+    start = (
+        f"UTC, inclusive (default: 29 days before end); at most {MAX_SPEND_DAYS} days from "
+        "start to end."
+    )
+    spend = [
+        _query("group_by", {"enum": [*SPEND_GROUPS], "default": "key"}),
+        _query("start", date, start),
+        _query("end", date, "UTC, inclusive (default: today)."),
+    ]
+    return {
+        "/admin/keys/{key_id}": [key_id],
+        "/admin/keys/{key_id}/rotate": [key_id],
+        "/admin/teams/{team_id}": [team_id],
+        "/admin/spend": spend,
+    }
+
+
+def _admin_paths() -> Schema:
+    parameters = _admin_parameters()
+    out: Schema = {}
+    for path, method, op_id, summary, answer, body in ADMIN_OPS:
+        more: Schema = {"description": ADMIN_KEY_NOTE}
+        if path in parameters:
+            more["parameters"] = parameters[path]
+        if body is not None:
+            schema = {"$ref": REF + body.rstrip("?")}
+            more["requestBody"] = {
+                "required": not body.endswith("?"),
+                "content": {"application/json": {"schema": schema}},
+            }
+        out.setdefault(path, {})[method] = _op(op_id, summary, _json(answer), KEY, **more)
+    return out
+
+
 # ---------------------------------------------------------------- the document
 
 
@@ -707,6 +966,7 @@ def build() -> Schema:
     schemas.update(files_schemas())
     schemas.update(batches_schemas())
     schemas.update(answer_schemas())
+    schemas.update(admin_schemas())
     schemas["Error"] = error_schema()
     return {
         "openapi": OPENAPI,

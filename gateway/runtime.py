@@ -1,8 +1,11 @@
 """Everything built from one config, held as one object so a reload can swap it atomically:
 the providers (built from their config blocks through the registry), the key check, the routing
 plans, the rate limiter and the tries' needs (gateway.routing.attempts). The metrics and the circuit
-breakers outlive a runtime: a reload passes them on (gateway.reload), with the rate limiter and
-the providers whose settings did not change."""
+breakers outlive a runtime: a reload passes them on (gateway.reload), with the rate limiter, the
+store of runtime keys and teams, and the providers whose settings did not change.
+
+The keys and teams are the YAML's and the runtime ones (gateway.governance.store): when the
+runtime ones change, the runtime in use takes a new key check and rule book (`adopt`)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from core.provider import Provider
 from gateway.auth import Authenticator
 from gateway.config import Config, KeyConfig, ProviderConfig
 from gateway.governance.pricing import PriceBook
+from gateway.governance.store import Accounts, AccountSet
 from gateway.jobs.filestore import FileStore
 from gateway.metrics import Metrics
 from gateway.ratelimit import KeyLimits, Limiter, RuleBook, TeamLimits
@@ -44,6 +48,7 @@ class Runtime:
     attempts: Attempts
     files: FileStore
     prices: PriceBook
+    accounts: Accounts  # the runtime keys and teams: shared with the runtimes around it
     created: int = field(default_factory=lambda: int(time.time()))
     started: bool = False
     inflight: int = 0  # requests begun on this runtime and not over (GatewayApp counts them)
@@ -58,7 +63,8 @@ class Runtime:
         limiter = Limiter(config.rate_limit, rulebook(config), metrics)
         circuits = Board(config.circuits, metrics.circuit)
         providers = {name: build(block) for name, block in config.providers.items()}
-        return cls.assemble(config, providers, limiter, metrics, circuits)
+        accounts = Accounts.for_config(config)
+        return cls.assemble(config, providers, limiter, metrics, circuits, accounts)
 
     @classmethod
     def assemble(
@@ -68,28 +74,43 @@ class Runtime:
         limiter: Limiter,
         metrics: Metrics,
         circuits: Board,
+        accounts: Accounts,
     ) -> Runtime:
         """A runtime around parts that may be a running one's: the board takes the config's
         policy and targets last, when nothing can fail any more."""
-        auth, router = Authenticator(config), Router(config)
+        auth, router = authenticator(config, accounts.current), Router(config)
         attempts = Attempts(circuits, metrics, router.pick, router.jitter)
         files = FileStore(config.files.store, config.files.max_bytes)
         prices = PriceBook({name: p.pricing for name, p in config.providers.items()})
         runtime = cls(
             config, auth, router, dict(providers), limiter, metrics, circuits, attempts, files,
-            prices,
+            prices, accounts,
         )  # fmt: skip
         circuits.configure(config.circuits, _targets(config))
         return runtime
 
     async def start(self) -> None:
+        """A runtime key or team id the YAML has too is a ConfigError (naming its YAML path)."""
+        await self.accounts.start()
+        try:
+            self.accounts.check(self.config)
+        except BaseException:
+            await self.accounts.aclose()
+            raise
+        self.accounts.listen(self.adopt)
+        self.adopt(self.accounts.current)
         await self.limiter.start()
         await asyncio.gather(*(p.start() for p in self.providers.values()))
         self.started = True
 
     async def aclose(self) -> None:
         self.started = False
-        await release(self.providers.values(), self.limiter)
+        await release(self.providers.values(), self.limiter, self.accounts)
+
+    def adopt(self, accounts: AccountSet) -> None:
+        """The runtime keys and teams as they are now: for new requests from here on."""
+        self.auth = authenticator(self.config, accounts)
+        self.limiter.use_rules(rulebook(self.config, accounts))
 
     async def drained(self) -> None:
         """Returns once no request is left on this runtime. Only for one that was swapped out:
@@ -109,11 +130,19 @@ class Runtime:
         return model if model in self.config.models else "other"
 
 
-def rulebook(config: Config) -> RuleBook:
+def authenticator(config: Config, accounts: AccountSet) -> Authenticator:
+    return Authenticator(config, accounts.keys.values(), accounts.teams)
+
+
+def rulebook(config: Config, accounts: AccountSet | None = None) -> RuleBook:
+    """The YAML's keys and teams, and the runtime ones (the YAML's win an id in both)."""
+    runtime = accounts or AccountSet()
+    keys = {**runtime.keys, **{k.id: k for k in config.keys}}
+    teams = {**runtime.teams, **config.teams}
     return RuleBook(
-        {k.id: key_limits(k) for k in config.keys},
+        {key_id: key_limits(k) for key_id, k in keys.items()},
         {alias: m.limits for alias, m in config.models.items()},
-        {t.id: TeamLimits(t.limits, t.budget, t.model_budgets) for t in config.teams.values()},
+        {t.id: TeamLimits(t.limits, t.budget, t.model_budgets) for t in teams.values()},
     )
 
 
@@ -122,11 +151,16 @@ def key_limits(k: KeyConfig) -> KeyLimits:
     return replace(k.limits, team=k.team, budget=k.budget, model_budgets=k.model_budgets)
 
 
-async def release(providers: Iterable[Provider], limiter: Limiter | None) -> None:
-    """Close providers (one failing does not keep the others open), then the limiter."""
+async def release(
+    providers: Iterable[Provider], limiter: Limiter | None, accounts: Accounts | None = None
+) -> None:
+    """Close providers (one failing does not keep the others open), then the limiter and the
+    store of runtime keys."""
     await asyncio.gather(*(p.aclose() for p in providers), return_exceptions=True)
     if limiter is not None:
         await limiter.aclose()
+    if accounts is not None:
+        await accounts.aclose()
 
 
 def _targets(config: Config) -> set[tuple[str, str]]:

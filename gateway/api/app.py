@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from starlette.applications import Starlette
 from starlette.datastructures import State
 
-from gateway.api import handlers
+from gateway.api import admin, handlers
 from gateway.api.exporter import Exporter
 from gateway.api.handlers import Route
 from gateway.asgi import Receive, Scope, Send, header_map, watched
@@ -42,12 +42,14 @@ EXACT: dict[str, tuple[Handler | AnyEndpoint, tuple[str, ...]]] = {
     "/readyz": (handlers.readyz, GET),
     "/metrics": (handlers.metrics, GET),
     "/openapi.json": (handlers.openapi, GET),
+    **{path: (admin.handle, methods) for path, methods in admin.EXACT_PATHS.items()},
 }
 # Paths that carry a parameter after a prefix (a model id may contain slashes).
 PREFIXED: dict[str, tuple[Handler, tuple[str, ...]]] = {
     handlers.MODEL_PREFIX: (handlers.get_model, GET),
     handlers.FILE_PREFIX: (handlers.file, ("GET", "HEAD", "DELETE")),
     handlers.BATCH_PREFIX: (handlers.batch, ("GET", "HEAD", "POST")),
+    **{prefix: (admin.handle, methods) for prefix, methods in admin.PREFIXED_PATHS.items()},
 }
 
 

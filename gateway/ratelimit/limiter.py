@@ -91,6 +91,25 @@ def no_grant() -> Grant:
     return Grant(None, None, [])
 
 
+class Unchecked:
+    """on_backend_error: open admits without limits; what such a request costs still reaches
+    the budgets' counters in Redis (`charged`), with the next call that Redis answers."""
+
+    name = "open"
+
+    def __init__(self, charged: Callable[[Ask, int], None]) -> None:
+        self._charged = charged
+
+    async def admit(self, ask: Ask) -> Verdict:
+        raise AssertionError("an unchecked grant is made admitted")
+
+    def settle(self, ask: Ask, delta_tokens: int, delta_cost: int = 0) -> None:
+        self._charged(ask, ask.cost + delta_cost)
+
+    async def aclose(self) -> None:
+        return None
+
+
 class Limiter:
     def __init__(self, cfg: RateLimitConfig, book: RuleBook, observer: Observer) -> None:
         self._cfg = cfg
@@ -145,7 +164,9 @@ class Limiter:
         backend, verdict = await self._decide(ask, label)
         if backend is None or verdict is None:
             self._observer.ratelimit_decision(label, "open", "none", "none")
-            return no_grant()
+            if self._redis is None or not found.budgets:
+                return no_grant()
+            return Grant(Unchecked(self._redis.charged), ask, [])
         return self._granted(backend, ask, verdict, label)
 
     def _granted(self, backend: Backend, ask: Ask, verdict: Verdict, label: str) -> Grant:

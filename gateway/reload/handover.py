@@ -1,11 +1,14 @@
 """The runtime that follows a reloaded config, built around the running one's parts: the same
 metrics and circuit breakers, the same rate limiter while `rate_limit` is unchanged (its counts
-go on), and the running provider of every provider block that is unchanged (its connections go
-on). What the new runtime adds is started before the swap; what it drops (`Leftovers`) closes
-once the old runtime's requests are over.
+go on), the same store of runtime keys and teams while where it is kept is unchanged, and the
+running provider of every provider block that is unchanged (its connections go on). What the
+new runtime adds is started before the swap; what it drops (`Leftovers`) closes once the old
+runtime's requests are over.
 
 A reload is refused (ConfigError, naming the YAML path) when a changed or new provider cannot be
-built beside the running one (`Provider.reloadable`) or fails to start.
+built beside the running one (`Provider.reloadable`) or fails to start, and when a key or team
+id it names is a runtime one too (made through the admin API), or it drops a team that runtime
+keys belong to.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, fields, replace
 from core.errors import ConfigError
 from core.provider import Provider
 from gateway.config import Config
+from gateway.governance.store import Accounts, storage_settings
 from gateway.ratelimit import Limiter
 from gateway.runtime import Build, Runtime, build_provider, release, rulebook
 
@@ -45,12 +49,13 @@ class Leftovers:
 
     providers: list[Provider]
     limiter: Limiter | None
+    accounts: Accounts | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.providers) or self.limiter is not None
+        return bool(self.providers) or self.limiter is not None or self.accounts is not None
 
     async def aclose(self) -> None:
-        await release(self.providers, self.limiter)
+        await release(self.providers, self.limiter, self.accounts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,7 @@ class Handover:
     removed: tuple[str, ...]  # providers no longer configured
     pinned: tuple[str, ...]  # changed settings that wait for a restart
     fresh_limiter: bool  # rate_limit changed: a new limiter, its counts from zero
+    fresh_accounts: bool  # the runtime keys and teams are read from another store
 
 
 async def successor(old: Runtime, new: Config, build: Build = build_provider) -> Handover:
@@ -69,20 +75,28 @@ async def successor(old: Runtime, new: Config, build: Build = build_provider) ->
     fresh = {n: p for n, p in providers.items() if old.providers.get(n) is not p}
     keep_limiter = new.rate_limit == old.config.rate_limit
     limiter = old.limiter if keep_limiter else Limiter(new.rate_limit, rulebook(new), old.metrics)
-    added = Leftovers(list(fresh.values()), None if keep_limiter else limiter)
+    keep_accounts = storage_settings(new) == storage_settings(old.config)
+    accounts = old.accounts if keep_accounts else Accounts.for_config(new)
+    added = Leftovers(
+        list(fresh.values()),
+        None if keep_limiter else limiter,
+        None if keep_accounts else accounts,
+    )
     config = _pin(old.config, new)
     try:
-        await _start(fresh, added.limiter)
-        runtime = Runtime.assemble(config, providers, limiter, old.metrics, old.circuits)
+        await _start(fresh, added.limiter, added.accounts)
+        accounts.check(config)
+        runtime = Runtime.assemble(config, providers, limiter, old.metrics, old.circuits, accounts)
     except BaseException:
         await added.aclose()
         raise
-    if keep_limiter:
-        limiter.use_rules(rulebook(config))
+    runtime.adopt(accounts.current)
+    accounts.listen(runtime.adopt)
     runtime.started = True
     gone = Leftovers(
         [p for n, p in old.providers.items() if providers.get(n) is not p],
         None if keep_limiter else old.limiter,
+        None if keep_accounts else old.accounts,
     )
     return Handover(
         runtime,
@@ -92,6 +106,7 @@ async def successor(old: Runtime, new: Config, build: Build = build_provider) ->
         removed=tuple(n for n in old.providers if n not in providers),
         pinned=tuple(path for path, read in PINNED if read(old.config) != read(new)),
         fresh_limiter=not keep_limiter,
+        fresh_accounts=not keep_accounts,
     )
 
 
@@ -118,8 +133,11 @@ _NOT_RELOADABLE = {
 }
 
 
-async def _start(providers: Mapping[str, Provider], limiter: Limiter | None) -> None:
-    """Start what the new runtime adds; a failure refuses the reload (the caller closes)."""
+async def _start(
+    providers: Mapping[str, Provider], limiter: Limiter | None, accounts: Accounts | None
+) -> None:
+    """Start what the new runtime adds; a failure refuses the reload (the caller closes). A
+    new store of runtime keys that cannot answer yet is read at its next poll."""
     names = list(providers)
     results = await asyncio.gather(*(providers[n].start() for n in names), return_exceptions=True)
     for name, result in zip(names, results, strict=True):
@@ -130,6 +148,8 @@ async def _start(providers: Mapping[str, Provider], limiter: Limiter | None) -> 
             await limiter.start()
         except Exception as exc:
             raise ConfigError("rate_limit", f"failed to start: {exc!r}") from None
+    if accounts is not None:
+        await accounts.start()
 
 
 def _pin(old: Config, new: Config) -> Config:

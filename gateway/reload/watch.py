@@ -214,4 +214,6 @@ def _summary(h: Handover) -> str:
             parts.append(f"{label}: {', '.join(names)}")
     if h.fresh_limiter:
         parts.append("rate_limit changed: the rate limiter's counts start afresh")
+    if h.fresh_accounts:
+        parts.append("the runtime keys and teams are read from their new store")
     return "; ".join(parts) or "no setting that applies live changed"

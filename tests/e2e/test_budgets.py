@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from openai import OpenAI, RateLimitError
+from openai import DefaultHttpxClient, OpenAI, RateLimitError
 
 from tests.gateway_proc import GatewayProcess
 from tests.redis_proc import RedisServer
@@ -66,7 +66,7 @@ rate_limit:
 
 @dataclass
 class Pair:
-    redis: RedisServer
+    server: RedisServer
     upstream: ScriptedUpstream
     gateways: list[GatewayProcess]
     store: redis.Redis  # to read what the gateways wrote
@@ -94,7 +94,7 @@ def cost(usage: Mapping[str, Any]) -> Decimal:
     cached = details.get("cached_tokens") or 0
     prompt, completion = usage["prompt_tokens"], usage.get("completion_tokens", 0)
     per_token = Decimal(1_000_000)
-    return ((prompt - cached) * INPUT + cached * CACHED + completion * OUTPUT) / per_token
+    return Decimal((prompt - cached) * INPUT + cached * CACHED + completion * OUTPUT) / per_token
 
 
 def reservation() -> Decimal:
@@ -155,27 +155,30 @@ def test_a_burst_across_two_gateways_never_spends_past_the_budget(pair: Pair) ->
 
 
 def test_spend_is_the_usage_of_every_endpoint_at_the_configured_prices(pair: Pair) -> None:
-    client = OpenAI(base_url=pair.gateways[0].url + "/v1", api_key="k-spender", max_retries=0)
-    other = OpenAI(base_url=pair.gateways[1].url + "/v1", api_key="k-spender", max_retries=0)
-    usages: list[Mapping[str, Any]] = []
-    done = client.completions.create(model="m", prompt="hello there", max_tokens=7)
-    usages.append(done.model_dump()["usage"])
-    chat = other.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=4
-    )
-    usages.append(chat.model_dump()["usage"])
-    stream = client.completions.create(
-        model="m", prompt="a stream", max_tokens=6, stream=True,
-        stream_options={"include_usage": True},
-    )  # fmt: skip
-    usages += [c.model_dump()["usage"] for c in stream if c.usage is not None]
-    expected = sum((cost(u) for u in usages), Decimal(0))
-    assert expected > 0
-    assert settled(pair, "k:spender", expected) == expected
-    assert ledger(pair, "t:search") == expected
-    # The embeddings target is priced 0 ("*"): it costs nothing, and adds nothing.
-    client.embeddings.create(model="m-embed", input="free")
-    assert settled(pair, "k:spender", expected) == expected
+    first, second = (g.url + "/v1" for g in pair.gateways)
+    with (
+        OpenAI(base_url=first, api_key="k-spender", max_retries=0) as client,
+        OpenAI(base_url=second, api_key="k-spender", max_retries=0) as other,
+    ):
+        usages: list[Mapping[str, Any]] = []
+        done = client.completions.create(model="m", prompt="hello there", max_tokens=7)
+        usages.append(done.model_dump()["usage"])
+        chat = other.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+        usages.append(chat.model_dump()["usage"])
+        stream = client.completions.create(
+            model="m", prompt="a stream", max_tokens=6, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        usages += [c.model_dump()["usage"] for c in stream if c.usage is not None]
+        expected = sum((cost(u) for u in usages), Decimal(0))
+        assert expected > 0
+        assert settled(pair, "k:spender", expected) == expected
+        assert ledger(pair, "t:search") == expected
+        # The embeddings target is priced 0 ("*"): it costs nothing, and adds nothing.
+        client.embeddings.create(model="m-embed", input="free")
+        assert settled(pair, "k:spender", expected) == expected
 
 
 def test_answers_carry_what_the_budget_has_left(pair: Pair) -> None:
@@ -192,8 +195,8 @@ def test_answers_carry_what_the_budget_has_left(pair: Pair) -> None:
 
 
 def test_the_openai_sdk_does_not_retry_a_spent_budget(pair: Pair) -> None:
-    sent: list[httpx.Request] = []
-    with httpx.Client(event_hooks={"request": [sent.append]}, trust_env=False) as http:
+    sent: list[object] = []  # the requests the SDK's own httpx sent
+    with DefaultHttpxClient(event_hooks={"request": [sent.append]}, trust_env=False) as http:
         client = OpenAI(
             base_url=pair.gateways[0].url + "/v1", api_key="k-sdk", max_retries=3, http_client=http
         )
@@ -211,13 +214,13 @@ def test_what_is_spent_while_redis_is_away_reaches_it_when_it_is_back(pair: Pair
     url = pair.urls()[0] + "/v1/completions"
     headers = {"authorization": "Bearer k-outage"}
     body = {"model": "m", "prompt": PROMPT, "max_tokens": MAX_TOKENS}
-    pair.redis.kill()
+    pair.server.kill()
     spent = Decimal(0)
     for _ in range(3):
         r = httpx.post(url, json=body, headers=headers)
         assert r.status_code == 200
         spent += cost(r.json()["usage"])
-    pair.redis.start()
+    pair.server.start()
     deadline = time.monotonic() + 10
     while ledger(pair, "k:outage") != spent and time.monotonic() < deadline:
         # Once the breaker's cool-down is over, an admission is its probe, and carries them.

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from core.errors import AuthenticationFailed, ModelNotFound, PermissionDenied
 from gateway import config
 from gateway.auth import Authenticator
+from gateway.config import KeyConfig, TeamConfig
+from gateway.config.accounts import Rotated
 from gateway.routing.plans import Router
 from gateway.routing.trees import Group, leaves
 
@@ -94,3 +98,123 @@ def test_strategies() -> None:
     lb = ROUTER.plan(b, "lb", None).root
     assert isinstance(lb, Group) and lb.weights == (1, 0.000001)
     assert {ROUTER.pick(list(lb.weights)) for _ in range(50)} == {0}
+
+
+# ---------------------------------------------------------------- runtime keys, expiry, rotation
+
+GOVERNED = config.parse(
+    """
+auth:
+  keys:
+    - {id: yaml-key, key: sk-yaml, models: ["*"], expires_at: 2000}
+  admin_keys:
+    - {id: ops, key: sk-admin}
+providers:
+  fw: {type: fireworks, base_url: "https://fw.example/inference/v1"}
+teams:
+  research: {models: ["llama-*"], providers: [fw]}
+"""
+)
+
+
+def secret(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_runtime_keys_are_found_by_their_digest_and_their_id() -> None:
+    keys = [KeyConfig(f"k{i}", secret(f"sk-{i}"), ("*",), (), runtime=True) for i in range(5000)]
+    auth = Authenticator(GOVERNED, keys, clock=Clock(1000))
+    assert auth.authenticate(bearer("sk-4321")).key_id == "k4321"
+    assert auth.authenticate(bearer("sk-yaml")).key_id == "yaml-key"
+    principal = auth.principal("k17")
+    assert principal is not None and principal.key_id == "k17"
+    assert auth.principal("gone") is None
+
+
+def test_an_expired_key_is_refused_as_expired() -> None:
+    clock = Clock(1999.5)
+    auth = Authenticator(GOVERNED, clock=clock)
+    assert auth.authenticate(bearer("sk-yaml")).key_id == "yaml-key"
+    clock.now = 2000
+    with pytest.raises(AuthenticationFailed) as refused:
+        auth.authenticate(bearer("sk-yaml"))
+    assert refused.value.message == "This API key has expired."
+    assert (refused.value.status, refused.value.code) == (401, "invalid_api_key")
+    assert auth.principal("yaml-key") is None  # its batches stop too
+
+
+def test_a_rotated_out_secret_works_until_its_grace_ends() -> None:
+    key = KeyConfig(
+        "rot", secret("sk-new"), ("*",), (), rotated=(Rotated(secret("sk-old"), 500.0),),
+        runtime=True,
+    )  # fmt: skip
+    clock = Clock(499)
+    auth = Authenticator(GOVERNED, [key], clock=clock)
+    assert auth.authenticate(bearer("sk-old")).key_id == "rot"
+    assert auth.authenticate(bearer("sk-new")).key_id == "rot"
+    clock.now = 500
+    with pytest.raises(AuthenticationFailed) as refused:
+        auth.authenticate(bearer("sk-old"))
+    assert refused.value.message == "Incorrect API key provided."
+    assert auth.authenticate(bearer("sk-new")).key_id == "rot"
+
+
+def test_a_rotated_out_secret_of_a_key_that_expires_first_is_expired() -> None:
+    key = KeyConfig(
+        "rot", secret("sk-new"), ("*",), (), expires_at=300.0,
+        rotated=(Rotated(secret("sk-old"), 500.0),), runtime=True,
+    )  # fmt: skip
+    auth = Authenticator(GOVERNED, [key], clock=Clock(400))
+    for presented in ("sk-old", "sk-new"):
+        with pytest.raises(AuthenticationFailed, match="expired"):
+            auth.authenticate(bearer(presented))
+
+
+def test_a_runtime_key_is_bounded_by_its_team_and_a_gone_team_allows_nothing() -> None:
+    teams = {"rt": TeamConfig("rt", ("gpt-*",), None, runtime=True)}
+    keys = [
+        KeyConfig("in-yaml-team", secret("sk-1"), ("*",), ("fw",), team="research", runtime=True),
+        KeyConfig("in-rt-team", secret("sk-2"), ("*",), (), team="rt", runtime=True),
+        KeyConfig("orphan", secret("sk-3"), ("*",), ("fw",), team="gone", runtime=True),
+    ]
+    auth = Authenticator(GOVERNED, keys, teams)
+    one = auth.authenticate(bearer("sk-1"))
+    assert one.may_use_model("llama-8b") and not one.may_use_model("gpt-x")
+    assert one.providers == {"fw"} and one.team == "research"
+    two = auth.authenticate(bearer("sk-2"))
+    assert two.may_use_model("gpt-x") and not two.may_use_model("llama-8b")
+    orphan = auth.authenticate(bearer("sk-3"))
+    assert not orphan.may_use_model("llama-8b") and not orphan.providers
+
+
+def test_a_yaml_key_wins_an_id_in_both() -> None:
+    twin = KeyConfig("yaml-key", secret("sk-twin"), ("*",), (), runtime=True)
+    auth = Authenticator(GOVERNED, [twin], clock=Clock(0))
+    with pytest.raises(AuthenticationFailed):
+        auth.authenticate(bearer("sk-twin"))
+
+
+def test_admin_keys_are_a_list_of_their_own() -> None:
+    auth = Authenticator(GOVERNED, clock=Clock(0))
+    assert auth.admin(bearer("sk-admin")) == "ops"
+    assert auth.admin({"x-portkey-api-key": "sk-admin"}) == "ops"
+    with pytest.raises(PermissionDenied) as denied:
+        auth.admin(bearer("sk-yaml"))  # an inference key
+    assert denied.value.status == 403 and denied.value.code == "permission_denied"
+    for headers in (bearer("sk-nope"), {}):
+        with pytest.raises(AuthenticationFailed):
+            auth.admin(headers)
+    with pytest.raises(AuthenticationFailed):
+        auth.authenticate(bearer("sk-admin"))  # not an inference key
