@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from core.provider import Provider
 from gateway.auth import Authenticator
 from gateway.config import Config, KeyConfig, ProviderConfig
+from gateway.governance.keeper import Keeper
 from gateway.governance.pricing import PriceBook
 from gateway.governance.store import Accounts, AccountSet
 from gateway.jobs.filestore import FileStore
@@ -61,6 +62,10 @@ class Runtime:
     ) -> Runtime:
         metrics = metrics or Metrics(config.metrics.enabled)
         limiter = Limiter(config.rate_limit, rulebook(config), metrics)
+        if limiter.memory is not None:  # its budgets and spend outlive the process
+            limiter.keep(
+                Keeper(limiter.memory, FileStore(config.files.store, config.files.max_bytes))
+            )
         circuits = Board(config.circuits, metrics.circuit)
         providers = {name: build(block) for name, block in config.providers.items()}
         accounts = Accounts.for_config(config)
@@ -128,6 +133,16 @@ class Runtime:
     def model_label(self, model: str) -> str:
         """The metrics label of a requested model: configured aliases only (bounded)."""
         return model if model in self.config.models else "other"
+
+
+def new_limiter(config: Config, metrics: Metrics) -> Limiter:
+    """The limiter of a config; on the memory backend its budgets and spend outlive the
+    process, in the files store."""
+    limiter = Limiter(config.rate_limit, rulebook(config), metrics)
+    if limiter.memory is not None:
+        files = FileStore(config.files.store, config.files.max_bytes)
+        limiter.keep(Keeper(limiter.memory, files))
+    return limiter
 
 
 def authenticator(config: Config, accounts: AccountSet) -> Authenticator:

@@ -116,6 +116,8 @@ def moment(v: Any, path: str) -> float | None:
         return None
     if type(v) in (int, float) and v >= 0:
         return float(v)
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:  # YAML reads an unquoted one so
+        return v.timestamp()
     if isinstance(v, str):
         try:
             when = dt.datetime.fromisoformat(v)

@@ -25,9 +25,9 @@ from typing import TypeVar
 import obstore
 import orjson
 from obstore.exceptions import NotFoundError
-from obstore.store import ObjectStore
 
 from gateway.governance.ledger import KEEP_DAYS, day_hash
+from gateway.jobs.filestore import FileStore
 from gateway.ratelimit.memory import MemoryBackend
 
 log = logging.getLogger("gateway.governance")
@@ -111,9 +111,10 @@ def _stored(v: float) -> float | None:
 class Keeper:
     """Loads the object into the backend at start, flushes what changed every FLUSH_S."""
 
-    def __init__(self, backend: MemoryBackend, store: ObjectStore, location: str) -> None:
+    def __init__(self, backend: MemoryBackend, files: FileStore) -> None:
         self._backend = backend
-        self._store = store
+        self._files = files  # its directory is made only once there is money to keep
+        location = files.location
         # A directory store: a lock file beside the object serializes the processes' flushes.
         self._lock = (
             None if "://" in location else Path(location).expanduser() / "_gateway" / "spend.lock"
@@ -149,14 +150,17 @@ class Keeper:
         self._saved = merged
 
     def _merge(self, mine: State, saved: State) -> State:
+        if not (self._files.present() or not _same(mine, saved)):
+            return State({}, {}, {})  # no store yet, and nothing to keep in one
+        store = self._files.store
         with self._locked():
             try:
-                held = State.parse(bytes(obstore.get(self._store, OBJECT).bytes()))
+                held = State.parse(bytes(obstore.get(store, OBJECT).bytes()))
             except (NotFoundError, FileNotFoundError):  # the first flush ever
                 held = State({}, {}, {})
             merged = held.plus(mine, saved).pruned(time.time())
             if not _same(mine, saved):  # nothing of ours to add: only read the others'
-                obstore.put(self._store, OBJECT, merged.dump())
+                obstore.put(store, OBJECT, merged.dump())
         return merged
 
     @contextlib.contextmanager

@@ -4,7 +4,7 @@ pico-dollars per token, so a request's cost is exact too."""
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
 from core.errors import ConfigError
@@ -33,7 +33,10 @@ def decimal(v: Any, path: str) -> Decimal:
 def pico(v: Any, path: str, per: int = PICO) -> int:
     """Dollars (or dollars per million tokens, with per=PER_TOKEN) as whole pico-dollars; an
     amount finer than that is refused rather than rounded."""
-    d = decimal(v, path) * per
+    given = decimal(v, path)
+    with localcontext() as ctx:  # exact: as many digits as the amount has, and the factor's
+        ctx.prec = len(given.as_tuple().digits) + len(str(per)) + 2
+        d = given * per
     if d != d.to_integral_value():
         finest = "1e-12 dollars" if per == PICO else "6 decimals per million tokens"
         raise ConfigError(path, f"{v} is finer than the gateway counts ({finest})")

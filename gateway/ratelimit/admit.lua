@@ -4,6 +4,8 @@
 -- KEYS: every bucket the call touches (all share one hash tag, so one slot on a Cluster).
 -- ARGV[1]: one string of words separated by spaces (one argument is far cheaper for a client
 -- to send than hundreds), in this order:
+--   the call's marker: the key index of its marker, 0 for a call without one (below),
+--   K markers to drop: K, then their key indexes,
 --   lease seconds,
 --   R rule sets:    R, then per set: n, then n x (key index, kind, limit), a budget's with
 --                   its counter's time to live in seconds after (0: kept for ever)
@@ -13,10 +15,17 @@
 --   F refreshes:    F, then per one: key index, lease member
 --   A admissions:   A, then per one: rule set, lease member, tokens, cost
 -- A lease member is "-" for requests without parallel limits.
+-- A call that carries money has a marker: the script stores its reply there (for MARK_S). A
+-- call whose answer the client never had (a timeout) is sent again under the same marker,
+-- with no admissions: if the first one ran, the stored reply comes back, prefixed "R", and
+-- nothing is applied twice; the client then gives back what its admissions took. The client
+-- drops a marker once it has the reply, with its next call.
 -- kind: r requests, t tokens (a GCRA bucket: a string TAT), p parallel (a sorted set of lease
 -- members scored by expiry), b budget (a counter of pico-dollars spent or reserved).
 -- Amounts of money are whole pico-dollars, passed to INCRBY as the words they came in, so
--- counters are exact 64-bit integers; a budget is compared in Lua's doubles, exact to 2^53.
+-- counters are exact 64-bit integers. Lua's numbers are doubles, exact only to 2^53 (about
+-- $9,007): budgets are compared and subtracted as pairs of base-10^9 digits instead, exact
+-- to the pico-dollar over the whole 64-bit range.
 -- Returns one string of numbers separated by spaces, per admission: admitted (0|1), then per
 -- rule: remaining, reset ms, retry ms.
 -- An admission writes only if every one of its rules admits it. Each bucket is read once and
@@ -36,14 +45,54 @@ local function arg()
   pos = pos + 1
   return v
 end
+local MARK_S = 3600
+local mark = tonumber(arg())
+if mark > 0 then
+  local prior = redis.call('GET', KEYS[mark])
+  if prior then return 'R ' .. prior end
+end
+for _ = 1, tonumber(arg()) do redis.call('DEL', KEYS[tonumber(arg())]) end
 local lease = tonumber(arg())
+
+-- Exact integers as {hi, lo}: hi * 10^9 + lo, 0 <= lo < 10^9 (hi carries the sign).
+local BASE = 1000000000
+local function big(s)
+  local neg = string.sub(s, 1, 1) == '-'
+  if neg then s = string.sub(s, 2) end
+  local n, hi, lo = #s, 0, tonumber(s)
+  if n > 9 then hi, lo = tonumber(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8)) end
+  if not neg then return {hi, lo} end
+  if lo == 0 then return {-hi, 0} end
+  return {-hi - 1, BASE - lo}
+end
+local function plus(a, b)
+  local hi, lo = a[1] + b[1], a[2] + b[2]
+  if lo >= BASE then return {hi + 1, lo - BASE} end
+  return {hi, lo}
+end
+local function minus(a, b)
+  local hi, lo = a[1] - b[1], a[2] - b[2]
+  if lo < 0 then return {hi - 1, lo + BASE} end
+  return {hi, lo}
+end
+local function below(a, b)  -- a < b
+  return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2])
+end
+local function text(a)
+  if a[1] >= 0 then
+    if a[1] == 0 then return string.format('%d', a[2]) end
+    return string.format('%d%09d', a[1], a[2])
+  end
+  return '-' .. text(minus({0, 0}, a))
+end
 
 local sets = {}
 for s = 1, tonumber(arg()) do
   local rules = {}
   for r = 1, tonumber(arg()) do
-    local rule = {KEYS[tonumber(arg())], arg(), tonumber(arg())}
-    if rule[2] == 'b' then rule[4] = tonumber(arg()) end
+    local key, kind, word = KEYS[tonumber(arg())], arg(), arg()
+    local rule = {key, kind, tonumber(word)}
+    if kind == 'b' then rule[3] = big(word); rule[4] = tonumber(arg()) end
     rules[r] = rule
   end
   sets[s] = rules
@@ -102,7 +151,7 @@ end
 local function spent_of(key)
   local v = spent[key]
   if v == nil then
-    v = tonumber(redis.call('GET', key)) or 0
+    v = big(redis.call('GET', key) or '0')
     spent[key] = v
   end
   return v
@@ -117,6 +166,7 @@ end
 local out = {}
 for _ = 1, tonumber(arg()) do
   local rules, member, tokens, cost = sets[tonumber(arg())], arg(), tonumber(arg()), arg()
+  local price = big(cost)
   local admitted = 1
   local news = {}
   local first = #out + 2
@@ -125,11 +175,11 @@ for _ = 1, tonumber(arg()) do
     local key, kind, limit = r[1], r[2], r[3]
     local remaining, reset, retry
     if kind == 'b' then
-      local have = limit - spent_of(key)
-      if have < tonumber(cost) then
-        remaining, reset, retry = have, 0, 1
+      local have = minus(limit, spent_of(key))
+      if below(have, price) then
+        remaining, reset, retry = text(have), 0, 1
       else
-        remaining, reset, retry = have - tonumber(cost), 0, 0
+        remaining, reset, retry = text(minus(have, price)), 0, 0
       end
     elseif kind == 'p' then
       local n = used_of(key)
@@ -152,15 +202,19 @@ for _ = 1, tonumber(arg()) do
       end
     end
     if retry > 0 then admitted = 0 end
-    -- %d: whole numbers in full (tostring would write 1e+15)
-    out[#out + 1] = string.format('%d %d %d', remaining, math.ceil(reset * 1000), math.ceil(retry * 1000))
+    -- %d: whole numbers in full (tostring would write 1e+15); money is already text
+    if kind == 'b' then
+      out[#out + 1] = remaining .. string.format(' %d %d', math.ceil(reset * 1000), math.ceil(retry * 1000))
+    else
+      out[#out + 1] = string.format('%d %d %d', remaining, math.ceil(reset * 1000), math.ceil(retry * 1000))
+    end
   end
   out[first - 1] = tostring(admitted)
   if admitted == 1 then
     for i, r in ipairs(rules) do
       local key = r[1]
       if r[2] == 'b' then
-        spent[key] = spent[key] + tonumber(cost)
+        spent[key] = plus(spent[key], price)
         redis.call('INCRBY', key, cost)
         if r[4] > 0 then redis.call('EXPIRE', key, r[4]) end
       elseif r[2] == 'p' then
@@ -185,4 +239,6 @@ for key, args in pairs(added) do
   redis.call('PEXPIRE', key, math.ceil(lease * 2000))
 end
 -- One string, not an array: a client parses one reply instead of ten numbers a request.
-return table.concat(out, ' ')
+local reply = table.concat(out, ' ')
+if mark > 0 then redis.call('SET', KEYS[mark], reply, 'EX', MARK_S) end
+return reply

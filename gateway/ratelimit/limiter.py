@@ -8,6 +8,8 @@ dead Redis from costing every request a timeout; Redis is not part of readiness.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import logging
 import secrets
@@ -18,6 +20,7 @@ from typing import Protocol, TypeVar
 
 from core.errors import InsufficientQuota, InvalidRequest, RateLimited, ServiceUnavailable
 from gateway.asgi import RawHeaders
+from gateway.ratelimit import gauges
 from gateway.ratelimit.headers import (
     BUDGET_HEADER,
     budget_message,
@@ -52,6 +55,16 @@ class Observer(Protocol):
         ...
 
     def ratelimit_backend_up(self, up: bool) -> None: ...
+
+    def budget_used(self, scope: str, team: str, ratio: float) -> None: ...
+
+
+class Kept(Protocol):
+    """What keeps the memory backend's money across restarts (gateway.governance.keeper)."""
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class Backend(Protocol):
@@ -123,15 +136,37 @@ class Limiter:
         self._lease_prefix = secrets.token_hex(6) + "-"  # unique per process: leases are shared
         self._lease_count: Iterator[int] = itertools.count(1)
         self._allowed_counters: dict[tuple[str, str], Callable[[], None]] = {}
+        self._keeper: Kept | None = None
+        self._gauges: asyncio.Task[None] | None = None
+
+    def keep(self, keeper: Kept) -> None:
+        """`keeper` loads the memory backend's money at start, and keeps it until close."""
+        self._keeper = keeper
 
     async def start(self) -> None:
+        if self._keeper is not None:
+            await self._keeper.start()
         if self._redis is not None:
             await self._redis.start()
             self._observer.ratelimit_backend_started(self._cfg.on_backend_error)
+        self._gauges = asyncio.create_task(self._gauge_budgets())
 
     async def aclose(self) -> None:
+        if self._gauges is not None:
+            self._gauges.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._gauges
         if self._redis is not None:
             await self._redis.aclose()
+        if self._keeper is not None:
+            await self._keeper.aclose()
+
+    async def _gauge_budgets(self) -> None:
+        """The budgets' gauges, every gauges.EVERY_S (a backend away: they keep their last)."""
+        while True:
+            with contextlib.suppress(ServiceUnavailable):
+                await gauges.refresh(self._book, self.read_counters, self._observer)
+            await asyncio.sleep(gauges.EVERY_S)
 
     def use_rules(self, book: RuleBook) -> None:
         """A reloaded config's limits, same backend settings: the buckets keep their counts."""

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-from collections.abc import Sequence
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -28,8 +31,28 @@ LEDGER_TTL_S = 400 * 86400  # a day's spend is kept this long
 # Adjustments queued while Redis cannot take them (each merged into one per counter): past it,
 # the oldest are dropped, and counted.
 MAX_ADJUSTMENTS = 100_000
+MAX_REPLAYS = 1000  # calls without an answer kept to send again; past it, the oldest dropped
 MAX_BATCH = 256  # admissions per call: bounds the script's time on the server
 MAX_IN_FLIGHT = 2  # calls out at once: one can fill while the other is answered
+
+
+@dataclass(slots=True)
+class Batch:
+    """One call's work: the admissions (and their callers), settlements, money, and whether
+    held slots are refreshed. `marker`: set when it carries money (see admit.lua)."""
+
+    admits: list[tuple[Ask, asyncio.Future[Verdict]]]
+    settles: list[tuple[Ask, int]]
+    adjust: dict[tuple[str, str, int], int]
+    refresh: bool
+    marker: str = ""
+
+
+def _gone() -> asyncio.Future[Verdict]:
+    """A caller's place for an admission sent again: its caller already had its answer."""
+    fut: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+    fut.cancel()
+    return fut
 
 
 class BackendDown(Exception):
@@ -60,6 +83,12 @@ class RedisBackend:
         # for a drainer that is gone (until some later request kicked one).
         self._draining = 0
         self._refresher: asyncio.Task[None] | None = None
+        # Calls that carried money and had no answer, to send again (oldest first), and the
+        # markers of calls answered, dropped with the next call.
+        self._replays: list[Batch] = []
+        self._acks: list[str] = []
+        self._marks = secrets.token_hex(6) + "-"  # this process's markers
+        self._count: Iterator[int] = itertools.count(1)
         self.lost_settlements = 0  # settlements a failed call could not apply
         self.lost_adjustments = 0  # amounts of money dropped past MAX_ADJUSTMENTS
 
@@ -143,28 +172,24 @@ class RedisBackend:
             self._draining -= 1  # in the same step as the loop's last look at the queues
 
     async def _drain_queued(self) -> None:
-        while self._admits or self._settles or self._refresh_due or self._adjust:
-            admits, self._admits = self._admits[:MAX_BATCH], self._admits[MAX_BATCH:]
-            admits = [(a, f) for a, f in admits if not f.done()]  # callers that left
-            settles, self._settles = self._settles[:MAX_BATCH], self._settles[MAX_BATCH:]
-            adjust, self._adjust = self._adjust, {}
-            refresh = self._refresh_due
-            self._refresh_due = False
+        while self._replays or self._admits or self._settles or self._refresh_due or self._adjust:
+            replayed = not self._replays or await self._replay()
+            if not (replayed or self._admits or self._settles):
+                return  # Redis is still away: the next call tries again, not a loop
+            if not (self._admits or self._settles or self._refresh_due or self._adjust):
+                continue  # only replays were waiting
+            batch = self._next_batch()
             try:
-                verdicts = await self._call(admits, settles, adjust, refresh)
+                verdicts = await self._call(batch)
             except Exception as exc:  # any failure of the backend: the limiter decides
-                self.lost_settlements += len(settles)
-                for (key, name, ttl), amount in adjust.items():
-                    self._add(key, name, ttl, amount)
-                down = BackendDown(f"{type(exc).__name__}: {exc}")
-                for _, fut in admits:
-                    if not fut.done():
-                        fut.set_exception(down)
+                self._failed(batch, exc)
                 await self._drop_connections()
                 if not (self._admits or self._settles):
                     return  # money alone waits for the next call, not a loop against a dead Redis
                 continue
-            for (ask, fut), verdict in zip(admits, verdicts, strict=True):
+            if batch.marker:
+                self._acks.append(batch.marker)
+            for (ask, fut), verdict in zip(batch.admits, verdicts, strict=True):
                 if verdict.admitted and _has(ask, "parallel"):
                     self._leases[ask.lease] = ask.rules
                 if not fut.done():
@@ -172,33 +197,92 @@ class RedisBackend:
                 elif verdict.admitted:  # its caller left while the call was out: give it back
                     self.settle(ask, -ask.tokens, -ask.cost)
 
-    async def _call(
-        self,
-        admits: list[tuple[Ask, Any]],
-        settles: list[tuple[Ask, int]],
-        adjust: dict[tuple[str, str, int], int],
-        refresh: bool,
-    ) -> list[Verdict]:
+    def _next_batch(self) -> Batch:
+        admits, self._admits = self._admits[:MAX_BATCH], self._admits[MAX_BATCH:]
+        admits = [(a, f) for a, f in admits if not f.done()]  # callers that left
+        settles, self._settles = self._settles[:MAX_BATCH], self._settles[MAX_BATCH:]
+        adjust, self._adjust = self._adjust, {}
+        refresh, self._refresh_due = self._refresh_due, False
+        money = bool(adjust) or any(a.limits.budgets for a, _ in admits)
+        marker = f"mark:{self._marks}{next(self._count):x}" if money else ""
+        return Batch(admits, settles, adjust, refresh, marker)
+
+    def _failed(self, batch: Batch, exc: Exception) -> None:
+        """A call without an answer. One that carries money may still have run: it is sent
+        again under its marker, so that it counts once (its admissions given back if it ran);
+        one without money loses its settlements, as a lost connection would."""
+        down = BackendDown(f"{type(exc).__name__}: {exc}")
+        for _, fut in batch.admits:
+            if not fut.done():
+                fut.set_exception(down)
+        if not batch.marker:
+            self.lost_settlements += len(batch.settles)
+            return
+        if len(self._replays) >= MAX_REPLAYS:
+            dropped = self._replays.pop(0)
+            self.lost_settlements += len(dropped.settles)
+            self.lost_adjustments += len(dropped.adjust)
+        admitted = [(a, _gone()) for a, _ in batch.admits]
+        self._replays.append(Batch(admitted, batch.settles, batch.adjust, False, batch.marker))
+
+    async def _replay(self) -> bool:
+        """The oldest call without an answer, sent again with no admissions: applied now if it
+        never ran, else its stored reply, whose admissions are given back. False: no answer
+        again (it stays first in line)."""
+        batch = self._replays.pop(0)
+        again = Batch([], batch.settles, batch.adjust, False, batch.marker)
+        try:
+            reply = await self._send(again)
+        except Exception:
+            self._replays.insert(0, batch)
+            await self._drop_connections()
+            return False
+        self._acks.append(batch.marker)
+        if reply[:1] == [b"R"]:  # it had run: what it admitted holds money nobody will settle
+            asks = [a for a, _ in batch.admits]
+            for ask, verdict in zip(asks, _verdicts(asks, reply[1:]), strict=True):
+                if not verdict.admitted:
+                    continue
+                if _has(ask, "parallel"):  # its slots too: settle() frees held leases
+                    self._leases[ask.lease] = ask.rules
+                self.settle(ask, -ask.tokens, -ask.cost)
+        return True
+
+    async def _call(self, batch: Batch) -> list[Verdict]:
+        reply = await self._send(batch)
+        return _verdicts([a for a, _ in batch.admits], reply)
+
+    async def _send(self, batch: Batch) -> list[bytes]:
         call = _Call(self._prefix)
-        settle_args = [f"{call.ruleset(s.limits)} {s.lease or '-'} {d}" for s, d in settles]
-        adjust_args = [f"{call.key(k)} {n} {a} {t}" for (k, n, t), a in adjust.items() if a]
+        mark = call.key(batch.marker) if batch.marker else 0
+        acks, self._acks = self._acks[:MAX_BATCH], self._acks[MAX_BATCH:]
+        ack_args = [call.key(m) for m in acks]
+        settle_args = [f"{call.ruleset(s.limits)} {s.lease or '-'} {d}" for s, d in batch.settles]
+        adjust_args = [f"{call.key(k)} {n} {a} {t}" for (k, n, t), a in batch.adjust.items() if a]
         admit_args = [
-            f"{call.ruleset(a.limits)} {a.lease or '-'} {a.tokens} {a.cost}" for a, _ in admits
+            f"{call.ruleset(a.limits)} {a.lease or '-'} {a.tokens} {a.cost}"
+            for a, _ in batch.admits
         ]
-        refresh_args = self._refreshes(call) if refresh else []
+        refresh_args = self._refreshes(call) if batch.refresh else []
         words = " ".join(
             [
+                str(mark),
+                str(len(ack_args)), *map(str, ack_args),
                 str(self._lease_s),
                 str(len(call.sets)), *map(str, call.set_args),
-                str(len(settles)), *settle_args,
+                str(len(batch.settles)), *settle_args,
                 str(len(adjust_args)), *adjust_args,
                 str(len(refresh_args) // 2), *map(str, refresh_args),
-                str(len(admits)), *admit_args,
+                str(len(batch.admits)), *admit_args,
             ]
         )  # fmt: skip
-        async with asyncio.timeout(self._timeout):
-            reply = await self._script(keys=list(call.keys), args=[words])
-        return _verdicts([a for a, _ in admits], reply.split())
+        try:
+            async with asyncio.timeout(self._timeout):
+                reply: bytes = await self._script(keys=list(call.keys), args=[words])
+        except BaseException:
+            self._acks[:0] = acks  # not dropped: the next call drops them
+            raise
+        return reply.split()
 
     def _refreshes(self, call: _Call) -> list[Any]:
         out: list[Any] = []

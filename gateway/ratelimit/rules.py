@@ -211,6 +211,10 @@ class RuleBook:
         self._teams = teams or {}
         self._cache: dict[tuple[str, str], RuleSet] = {}
 
+    def key_teams(self) -> list[tuple[str, str | None]]:
+        """Every key's id and team."""
+        return [(key_id, k.team) for key_id, k in self._keys.items()]
+
     def rules(self, key_id: str, model: str) -> RuleSet:
         found = self._cache.get((key_id, model))
         if found is None or (found.budgets and found.until <= time.time()):

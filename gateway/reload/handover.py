@@ -22,7 +22,7 @@ from core.provider import Provider
 from gateway.config import Config
 from gateway.governance.store import Accounts, storage_settings
 from gateway.ratelimit import Limiter
-from gateway.runtime import Build, Runtime, build_provider, release, rulebook
+from gateway.runtime import Build, Runtime, build_provider, new_limiter, release
 
 # Read once when the server starts: a reload keeps the running values until a restart.
 PINNED: tuple[tuple[str, Callable[[Config], object]], ...] = (
@@ -74,7 +74,7 @@ async def successor(old: Runtime, new: Config, build: Build = build_provider) ->
     providers = _providers(old, new, build)
     fresh = {n: p for n, p in providers.items() if old.providers.get(n) is not p}
     keep_limiter = new.rate_limit == old.config.rate_limit
-    limiter = old.limiter if keep_limiter else Limiter(new.rate_limit, rulebook(new), old.metrics)
+    limiter = old.limiter if keep_limiter else new_limiter(new, old.metrics)
     keep_accounts = storage_settings(new) == storage_settings(old.config)
     accounts = old.accounts if keep_accounts else Accounts.for_config(new)
     added = Leftovers(

@@ -58,10 +58,6 @@ EXPECTED_ALERTS = {
     "GatewayHighErrorRate", "GatewayUpstreamErrors", "GatewayCircuitOpen",
     "GatewayRateLimitBackendErrors", "GatewayRateLimiterFallback", "GatewayRateLimitBackendDown",
 }  # fmt: skip
-# Metrics gateway/metrics.py declares that the gateway does not set yet: the queries that read
-# them are held to the declaration only, not to /metrics. The gateway's wiring of a gauge ends
-# its entry here (test_the_metrics_not_yet_set_are_still_unset says when).
-NOT_YET_SET = {"gateway_budget_used_ratio"}
 
 
 def promtool() -> str:
@@ -190,7 +186,6 @@ def test_every_metric_and_label_the_queries_use_is_declared() -> None:
         if metrics or labels:
             wrong[title] = (sorted(metrics), sorted(labels))
     assert wrong == {}
-    assert table.keys() >= NOT_YET_SET  # declared: only the wiring is missing
 
 
 def test_the_dashboard_is_generated_from_its_table() -> None:
@@ -468,19 +463,9 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
             yield Observed(labels_of, prom)
 
 
-def live_queries(queries: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The queries that read no metric of NOT_YET_SET."""
-    return [(title, expr) for title, expr in queries if not used(expr).metrics & NOT_YET_SET]
-
-
-def test_the_metrics_not_yet_set_are_still_unset(observed: Observed) -> None:
-    set_now = NOT_YET_SET & observed.labels_of.keys()
-    assert set_now == set(), f"the gateway sets {set_now} now: remove them from NOT_YET_SET"
-
-
 def test_every_metric_and_label_the_queries_use_is_exported(observed: Observed) -> None:
     missing = {}
-    for title, expr in live_queries(all_queries()):
+    for title, expr in all_queries():
         u = used(expr)
         metrics = u.metrics - observed.labels_of.keys()
         labels = u.labels - TARGET_LABELS
@@ -491,7 +476,7 @@ def test_every_metric_and_label_the_queries_use_is_exported(observed: Observed) 
 
 
 def test_every_dashboard_query_returns_data(observed: Observed) -> None:
-    empty = [title for title, expr in live_queries(dashboard_queries())
+    empty = [title for title, expr in dashboard_queries()
              if not query(observed.prometheus, expr)]  # fmt: skip
     assert empty == []
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,6 +34,8 @@ PROMPT = [11, 12, 13]  # three tokens, counted exactly by gateway and upstream a
 MAX_TOKENS = 5
 BURST_BUDGET = Decimal("0.1")
 PREFIX = "{llmgw}:"  # the limiter's hash tag (rate_limit.key_prefix)
+ADMIN = "sk-e2e-admin"
+PROPAGATION_S = 1.0  # a change made on one replica is seen by every other within this
 
 
 def config(upstream: str, redis_url: str) -> str:
@@ -41,6 +44,7 @@ def config(upstream: str, redis_url: str) -> str:
 teams:
   search: {{models: ["m*"], budget: {{usd: 5, period: month}}}}
 auth:
+  admin_keys: [{{id: ops, key: {ADMIN}}}]
   keys:
     - {{id: burst, key: k-burst, budget: {{usd: {BURST_BUDGET}, period: day}}}}
     - {{id: spender, key: k-spender, team: search, budget: {{usd: 5, period: total}}}}
@@ -70,6 +74,8 @@ class Pair:
     upstream: ScriptedUpstream
     gateways: list[GatewayProcess]
     store: redis.Redis  # to read what the gateways wrote
+    config: str
+    workdirs: list[Path]
 
     def urls(self) -> list[str]:
         return [g.url for g in self.gateways]
@@ -79,12 +85,14 @@ class Pair:
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     with RedisServer() as server, start_scripted("openai", api_key=OPENAI_TEST_KEY) as up:
         text = config(up.url, server.url)
-        gateways = [GatewayProcess(text, tmp_path_factory.mktemp(f"gw{i}")) for i in range(2)]
+        dirs = [tmp_path_factory.mktemp(f"gw{i}") for i in range(2)]
+        gateways = [GatewayProcess(text, d) for d in dirs]
         try:
             with redis.Redis.from_url(server.url) as store:
-                yield Pair(server, up, gateways, store)
+                made = Pair(server, up, gateways, store, text, dirs)
+                yield made
         finally:
-            for g in gateways:
+            for g in made.gateways if "made" in locals() else gateways:
                 g.stop()
 
 
@@ -205,6 +213,82 @@ def test_the_openai_sdk_does_not_retry_a_spent_budget(pair: Pair) -> None:
     assert raised.value.status_code == 429
     assert raised.value.code == "insufficient_quota"
     assert len(sent) == 1
+
+
+def admin(url: str, method: str, path: str, body: object = None) -> httpx.Response:
+    headers = {"authorization": f"Bearer {ADMIN}"}
+    return httpx.request(method, url + path, json=body, headers=headers, timeout=10.0)
+
+
+def serves(url: str, key: str) -> int:
+    body = {"model": "m", "prompt": PROMPT, "max_tokens": 1}
+    headers = {"authorization": f"Bearer {key}"}
+    return httpx.post(url + "/v1/completions", json=body, headers=headers).status_code
+
+
+def until(url: str, key: str, status: int) -> bool:
+    """Whether the gateway at `url` answers `key` with `status` within PROPAGATION_S."""
+    deadline = time.monotonic() + PROPAGATION_S
+    while serves(url, key) != status:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_key_made_on_one_gateway_serves_on_the_other_and_outlives_their_restart(
+    pair: Pair,
+) -> None:
+    one, other = pair.urls()
+    made = admin(one, "POST", "/admin/keys", {"id": "runtime", "models": ["m"],
+                                              "budget": {"usd": "2", "period": "day"}})  # fmt: skip
+    assert made.status_code == 200, made.text
+    secret = made.json()["key"]
+    assert secret.startswith("sk-gw-") and len(secret) >= len("sk-gw-") + 43  # 32 bytes
+    assert until(other, secret, 200)
+    stored = pair.store.hgetall(f"{PREFIX}accounts:keys")
+    assert stored and secret not in repr(stored)  # only its digest is kept
+    for g in pair.gateways:  # both restarted: the key lives in Redis
+        g.stop()
+    pair.gateways = [GatewayProcess(pair.config, d) for d in pair.workdirs]
+    one, other = pair.urls()
+    assert serves(one, secret) == serves(other, secret) == 200
+    shown = admin(other, "GET", "/admin/keys/runtime").json()
+    assert shown["source"] == "runtime" and shown["budgets"][0]["usd"] == "2"
+    assert admin(one, "DELETE", "/admin/keys/runtime").status_code == 200
+    assert until(one, secret, 401) and until(other, secret, 401)
+
+
+def test_bad_admin_input_is_a_400_naming_the_field(pair: Pair) -> None:
+    url = pair.urls()[0]
+    cases = {
+        "budget.period": {"id": "bad", "budget": {"usd": 1, "period": "fortnight"}},
+        "budget.usd": {"id": "bad", "budget": {"usd": -1, "period": "day"}},
+        "team": {"id": "bad", "team": "nobody"},
+        "limits.rpm": {"id": "bad", "limits": {"rpm": 0}},
+        "providers[0]": {"id": "bad", "providers": ["nowhere"]},
+    }
+    for param, body in cases.items():
+        r = admin(url, "POST", "/admin/keys", body)
+        assert r.status_code == 400, (param, r.text)
+        assert r.json()["error"]["param"] == param, r.text
+    assert admin(url, "GET", "/admin/spend?group_by=nothing").json()["error"]["param"] == (
+        "group_by"
+    )
+
+
+def test_admin_spend_reports_the_ledger_by_key_team_and_model(pair: Pair) -> None:
+    url = pair.urls()[1]
+    day = dt.datetime.now(dt.UTC).date().isoformat()
+    by_key = admin(url, "GET", f"/admin/spend?group_by=key&start={day}&end={day}").json()
+    rows = {r["key"]: Decimal(r["spend_usd"]) for r in by_key["data"]}
+    assert rows["burst"] == ledger(pair, "k:burst") and rows["spender"] > 0
+    by_team = admin(url, "GET", "/admin/spend?group_by=team").json()
+    assert {r["team"]: Decimal(r["spend_usd"]) for r in by_team["data"]} == {
+        "search": ledger(pair, "t:search")
+    }
+    by_model = admin(url, "GET", "/admin/spend?group_by=model").json()
+    assert sum(Decimal(r["spend_usd"]) for r in by_model["data"]) == sum(rows.values())
 
 
 def test_what_is_spent_while_redis_is_away_reaches_it_when_it_is_back(pair: Pair) -> None:

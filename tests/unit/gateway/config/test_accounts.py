@@ -296,11 +296,6 @@ def test_an_unquoted_price_with_more_than_6_decimals_is_refused() -> None:
     assert err.value.path == "providers.oa.pricing.gpt-4o.input"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="accounts.moment takes strings and numbers only, but YAML reads an unquoted "
-    "timestamp (the error message's own example) as a datetime: it is refused",
-)
 def test_an_unquoted_yaml_timestamp_is_an_expiry() -> None:
     cfg = config.parse(PROVIDERS + KEY % "expires_at: 2027-01-01T00:00:00Z")
     assert cfg.keys[0].expires_at == 1798761600.0

@@ -103,11 +103,6 @@ def test_the_largest_amount_fits_redis_signed_64_bit_counters() -> None:
     assert pico(top, "x", PER_TOKEN) * 10**6 <= 2**63 - 1  # a million tokens at the top price
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="money.pico multiplies in the default decimal context (28 digits): an amount with "
-    "more significant digits is rounded to a whole number of pico-dollars, then accepted",
-)
 @pytest.mark.parametrize(
     ("value", "per"),
     [

@@ -178,18 +178,9 @@ def outcome(v: Verdict) -> tuple[bool, list[int]]:
         1000,
         PICO,  # $1
         9 * 10**15,  # $9,000: below 2^53 pico-dollars, where Lua's doubles are exact
-        pytest.param(
-            10**16,  # $10,000
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="admit.lua compares budgets in doubles: past 2^53 pico-dollars "
-                "($9,007) a cost 1 pico above what is left is admitted",
-            ),
-        ),
-        pytest.param(
-            10**18,  # MAX_USD, $1,000,000
-            marks=pytest.mark.xfail(strict=True, reason="as above: doubles past 2^53"),
-        ),
+        10**16,  # $10,000: past it, where only the script's exact pairs of digits are
+        10**18,  # MAX_USD, $1,000,000
+        2**53 + 1,  # the first integer a double cannot hold
     ],
 )
 async def test_a_cost_of_exactly_what_is_left_is_admitted_and_one_pico_more_refused(
@@ -483,15 +474,8 @@ async def test_money_queued_while_redis_is_down_arrives_exactly_once(redis: Redi
         with pytest.raises(BackendDown):
             await red.admit(ask(b, cost=1))
         await idle(red)
-        assert red._adjust == {
-            (b.bucket, "-", 0): -600,
-            (day, "k:a", LEDGER_TTL_S): 400,
-            (day, "m:m", LEDGER_TTL_S): 400,
-            (day, "t:t", LEDGER_TTL_S): 400,
-        }
-        red.spend(ledger("a", "t", "m", 50, now))  # merged with what waits
+        red.spend(ledger("a", "t", "m", 50, now))  # more, while Redis is away
         await idle(red)
-        assert red._adjust[(day, "k:a", LEDGER_TTL_S)] == 450
         redis.start()  # a new, empty Redis: what it holds next is what was queued
         assert (await red.admit(ask(b, cost=0))).admitted
         await flushed(red)
@@ -575,11 +559,6 @@ async def test_what_an_unchecked_request_cost_reaches_the_budgets_when_redis_is_
         await lim.aclose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="redis_backend._drain_queued re-queues a timed-out call's adjustments, but a call "
-    "that timed out may still run on the server: its money is then counted twice",
-)
 async def test_money_of_a_call_that_timed_out_is_counted_once(redis: RedisServer) -> None:
     """Redis takes a call and answers after the client gave up (paused here; in production a
     slow Redis past timeout_ms): a refund and a ledger entry must still count once."""
@@ -606,11 +585,6 @@ async def test_money_of_a_call_that_timed_out_is_counted_once(redis: RedisServer
         await red.aclose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an admission whose call timed out may still run on the server: its reservation "
-    "stays in the budget's counter, with no grant to settle it",
-)
 async def test_an_admission_that_timed_out_holds_no_money(redis: RedisServer) -> None:
     red = await backend(redis, timeout_ms=50)
     b = budget(10_000)

@@ -32,6 +32,7 @@ class Seen:
         self.decisions: list[tuple[str, str, str, str]] = []
         self.errors: list[str] = []
         self.up: list[bool] = []
+        self.budgets: dict[tuple[str, str], float] = {}
 
     def ratelimit_decision(self, model: str, result: str, limit: str, backend: str) -> None:
         self.decisions.append((model, result, limit, backend))
@@ -49,6 +50,9 @@ class Seen:
 
     def ratelimit_backend_up(self, up: bool) -> None:
         self.up.append(up)
+
+    def budget_used(self, scope: str, team: str, ratio: float) -> None:
+        self.budgets[(scope, team)] = ratio
 
 
 def rule(kind: str = "requests", limit: int = 10, bucket: str = "k:a:r") -> Rule:
