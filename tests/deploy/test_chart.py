@@ -293,6 +293,12 @@ def test_in_cluster_redis(rendered: dict[str, Objects]) -> None:
     assert sts["spec"]["replicas"] == 1 and sts["spec"]["serviceName"] == REDIS_NAME
     assert "--maxmemory" in redis["args"] and "32mb" in redis["args"]
     assert redis["securityContext"]["readOnlyRootFilesystem"]
+    # Runtime keys, budgets and spend: an append-only file on a claim, never evicted.
+    args = redis["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--maxmemory-policy") + 1] == "volatile-ttl"
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data" and "volumes" not in sts["spec"]["template"]["spec"]
     service = objs[("Service", REDIS_NAME)]
     redis_pods = sts["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= redis_pods.items()
