@@ -750,10 +750,13 @@ def _admin_parts() -> dict[str, Schema]:
         "BudgetState": {
             "type": "object",
             "description": "A budget in its current period; `spent_usd` counts what requests "
-            "under way hold too. `resets_at`: when the period ends (null: a total budget).",
+            "under way hold too. `resets_at`: when the period ends (null: a total budget). A "
+            "model budget (scope key_model or team_model) has a row per configured alias it "
+            "covers, naming it in `model`.",
             "required": ["scope", "usd", "period", "spent_usd", "remaining_usd", "resets_at"],
             "properties": {
-                "scope": {"enum": ["key", "team"]},
+                "scope": {"enum": ["key", "team", "key_model", "team_model"]},
+                "model": {"type": "string"},
                 "usd": usd,
                 "period": {"enum": [*BUDGET_PERIODS]},
                 "spent_usd": usd,

@@ -36,7 +36,7 @@ log = logging.getLogger("gateway.admin")
 PREFIX = "/admin/"
 KEYS, TEAMS, SPEND = "/admin/keys", "/admin/teams", "/admin/spend"
 KEY_PREFIX, TEAM_PREFIX = KEYS + "/", TEAMS + "/"
-BUDGET_SCOPES = ("key", "team")  # a key's own budgets; its model budgets apply per model
+BUDGET_SCOPES = ("key", "team")  # a key's own budgets; its model budgets apply per alias
 CLIENT_GONE = 499
 
 # A call: the request and the id its path names ("" for none) → the answer's document.
@@ -102,8 +102,17 @@ async def get_key(inbound: Inbound, key_id: str) -> Json:
     rt = inbound.runtime
     k = edits.find_key(rt.config, await rt.accounts.sync(), key_id)
     rules = [r for r in rt.limiter.budget_rules(k.id) if r.scope in BUDGET_SCOPES]
-    spent = await rt.limiter.read_counters([r.bucket for r in rules])
-    return {**key_object(k), "budgets": budget_rows(rules, spent)}
+    per_model = {  # a model budget counts each alias apart: one row per configured alias
+        r.bucket: (alias, r)
+        for alias in rt.config.models
+        for r in rt.limiter.budget_rules(k.id, alias)
+        if r.scope not in BUDGET_SCOPES
+    }
+    spent = await rt.limiter.read_counters([r.bucket for r in rules] + list(per_model))
+    rows = budget_rows(rules, spent)
+    for alias, r in per_model.values():
+        rows += [{**row, "model": alias} for row in budget_rows([r], spent)]
+    return {**key_object(k), "budgets": rows}
 
 
 async def create_key(inbound: Inbound, _: str) -> Json:

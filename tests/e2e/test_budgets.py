@@ -240,8 +240,13 @@ def test_a_key_made_on_one_gateway_serves_on_the_other_and_outlives_their_restar
     pair: Pair,
 ) -> None:
     one, other = pair.urls()
-    made = admin(one, "POST", "/admin/keys", {"id": "runtime", "models": ["m"],
-                                              "budget": {"usd": "2", "period": "day"}})  # fmt: skip
+    body = {
+        "id": "runtime",
+        "models": ["m"],
+        "budget": {"usd": "2", "period": "day"},
+        "model_budgets": {"m*": {"usd": "1", "period": "week"}},
+    }
+    made = admin(one, "POST", "/admin/keys", body)
     assert made.status_code == 200, made.text
     secret = made.json()["key"]
     assert secret.startswith("sk-gw-") and len(secret) >= len("sk-gw-") + 43  # 32 bytes
@@ -254,7 +259,13 @@ def test_a_key_made_on_one_gateway_serves_on_the_other_and_outlives_their_restar
     one, other = pair.urls()
     assert serves(one, secret) == serves(other, secret) == 200
     shown = admin(other, "GET", "/admin/keys/runtime").json()
-    assert shown["source"] == "runtime" and shown["budgets"][0]["usd"] == "2"
+    assert shown["source"] == "runtime"
+    rows = {(b["scope"], b.get("model"), b["usd"], b["period"]) for b in shown["budgets"]}
+    assert rows == {
+        ("key", None, "2", "day"),
+        ("key_model", "m", "1", "week"),  # each alias the glob covers counts apart
+        ("key_model", "m-embed", "1", "week"),
+    }
     assert admin(one, "DELETE", "/admin/keys/runtime").status_code == 200
     assert until(one, secret, 401) and until(other, secret, 401)
 
