@@ -54,6 +54,7 @@ class Runtime:
     started: bool = False
     inflight: int = 0  # requests begun on this runtime and not over (GatewayApp counts them)
     live: int = 0  # of those, inference requests: batch work yields to them (gateway.jobs.batches)
+    workers: int = 1  # serving processes of `gateway serve`: limits on the memory backend need 1
     idle: asyncio.Event | None = None  # swapped out: set once `inflight` is 0 (drained())
 
     @classmethod

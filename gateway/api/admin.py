@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from core.errors import GatewayError, MethodNotAllowed, NotFound
+from core.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound
 from core.wire import Json, parse_json
 from gateway.asgi import JSON_HEADERS, ClientGone, read_body
 from gateway.governance import edits
@@ -31,6 +31,7 @@ from gateway.governance.ledger import day_hash
 from gateway.governance.records import KEY_OBJECT, TEAM_OBJECT, key_object, team_object
 from gateway.governance.spend import budget_rows, spend_document, spend_query
 from gateway.pipeline.exchange import Inbound, Reply
+from gateway.runtime import Runtime
 
 log = logging.getLogger("gateway.admin")
 PREFIX = "/admin/"
@@ -117,14 +118,33 @@ async def get_key(inbound: Inbound, key_id: str) -> Json:
 
 async def create_key(inbound: Inbound, _: str) -> Json:
     rt = inbound.runtime
-    issued = await rt.accounts.change(edits.create_key(rt.config, await _body(inbound)))
+    body = _counted_once(rt, await _body(inbound))
+    issued = await rt.accounts.change(edits.create_key(rt.config, body))
     return {**key_object(issued.key), "key": issued.secret}
 
 
 async def update_key(inbound: Inbound, key_id: str) -> Json:
     rt = inbound.runtime
-    body = await _body(inbound)
+    body = _counted_once(rt, await _body(inbound))
     return key_object(await rt.accounts.change(edits.update_key(rt.config, key_id, body)))
+
+
+COUNTED = ("limits", "model_limits", "budget", "model_budgets")
+
+
+def _counted_once(rt: Runtime, body: Json) -> Json:
+    """Several workers count limits and budgets apart on the memory backend (each would admit
+    the whole of one), as the YAML's are refused at start (Config.check_workers)."""
+    if rt.workers > 1 and rt.config.rate_limit.backend == "memory" and isinstance(body, dict):
+        for name in COUNTED:
+            if body.get(name):
+                raise InvalidRequest(
+                    f"A {name.replace('_', ' ')} on the memory backend with {rt.workers} "
+                    "workers would be counted in each worker apart; set rate_limit.backend: "
+                    "redis, or run one worker.",
+                    param=name,
+                )
+    return body
 
 
 async def delete_key(inbound: Inbound, key_id: str) -> Json:
@@ -158,13 +178,13 @@ async def get_team(inbound: Inbound, team_id: str) -> Json:
 
 async def create_team(inbound: Inbound, _: str) -> Json:
     rt = inbound.runtime
-    body = await _body(inbound)
+    body = _counted_once(rt, await _body(inbound))
     return team_object(await rt.accounts.change(edits.create_team(rt.config, body)))
 
 
 async def update_team(inbound: Inbound, team_id: str) -> Json:
     rt = inbound.runtime
-    body = await _body(inbound)
+    body = _counted_once(rt, await _body(inbound))
     return team_object(await rt.accounts.change(edits.update_team(rt.config, team_id, body)))
 
 

@@ -140,6 +140,7 @@ def create_app(
         Metrics(config.metrics.enabled, config.metrics.min_interval_s, config.metrics.team_labels),
         build,
     )
+    runtime.workers = workers
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

@@ -87,6 +87,7 @@ async def successor(old: Runtime, new: Config, build: Build = build_provider) ->
         await _start(fresh, added.limiter, added.accounts)
         accounts.check(config)
         runtime = Runtime.assemble(config, providers, limiter, old.metrics, old.circuits, accounts)
+        runtime.workers = old.workers
     except BaseException:
         await added.aclose()
         raise

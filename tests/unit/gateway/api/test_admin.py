@@ -436,3 +436,21 @@ def test_the_documents_bounds_are_the_gateways() -> None:
     assert set(admin.EXACT_PATHS) | set(admin.PREFIXED_PATHS) <= {
         p if "{" not in p else p[: p.index("{")] for p in openapi.paths()
     }
+
+
+async def test_limits_on_the_memory_backend_with_several_workers_are_refused(
+    client: httpx.AsyncClient, app: GatewayApp
+) -> None:
+    """As the YAML's are at start: each worker would count them apart."""
+    app.runtime.workers = 2
+    for field, value in {
+        "limits": {"rpm": 5},
+        "budget": {"usd": 1, "period": "day"},
+        "model_budgets": {"m": {"usd": 1, "period": "day"}},
+    }.items():
+        err = refused(await call(client, "POST", "/admin/keys", {field: value}), 400, field)
+        assert "2 workers" in err["message"]
+        refused(await call(client, "POST", "/admin/teams", {"id": "t", field: value}), 400, field)
+    ok(await call(client, "POST", "/admin/keys", {"models": ["m"]}), "AdminKeyIssued")
+    app.runtime.workers = 1
+    ok(await call(client, "POST", "/admin/keys", {"limits": {"rpm": 5}}), "AdminKeyIssued")
