@@ -821,3 +821,35 @@ def test_the_memory_backend_forgets_a_periods_counter_after_its_time_to_live(
     wall[0] += 1
     mem._sweep(0.0)
     assert mem.spent == {total.bucket: 10}  # the day's, two days past its end: gone
+
+
+async def test_a_budget_costs_no_round_trip_beyond_the_limits(redis: RedisServer) -> None:
+    """Admission and settlement with every kind of limit and two budgets: one script call
+    each, as with the limits alone; the spend ledger rides with the settlement."""
+    keys = {
+        "a": KeyLimits(
+            Limits(rpm=100, tpm=10_000, max_parallel=5), (), team="t",
+            budget=Budget(10**12, "day"),
+        )
+    }  # fmt: skip
+    book = RuleBook(keys, {"m": Limits()}, {"t": TeamLimits(budget=Budget(10**12, "month"))})
+    lim = Limiter(config(redis), book, Seen())
+    await lim.start()
+    assert lim._redis is not None
+    calls: list[object] = []
+    script = lim._redis._script
+
+    async def counted(**kw: object) -> object:
+        calls.append(kw)
+        return await script(**kw)  # type: ignore[arg-type]
+
+    lim._redis._script = counted  # type: ignore[assignment]
+    try:
+        grant = await lim.admit("a", "m", "m", costing(10, 5000))
+        assert len(calls) == 1
+        assert grant.settle(8, 4000) == 4000
+        lim.spend(ledger("a", "t", "m", 4000))
+        await flushed(lim._redis)
+        assert len(calls) == 2
+    finally:
+        await lim.aclose()
