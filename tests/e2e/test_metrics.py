@@ -26,7 +26,7 @@ def config(upstream: str, limited: bool = True) -> str:
     return f"""
 auth:
   keys:
-    - {{id: team, key: {KEY}}}
+    - {{id: key-id-visible, key: {KEY}}}
     {tight}
 providers:
   up: {{type: openai, base_url: "{upstream}", api_key: "{OPENAI_TEST_KEY}"}}
@@ -114,7 +114,7 @@ def test_labels_carry_no_key_prompt_or_id(gateway: str) -> None:
         headers={"authorization": f"Bearer {KEY}", "x-request-id": "req-visible"},
     )
     text = httpx.get(f"{gateway}/metrics").text
-    for secret in (KEY, LIMITED, "team", "secret prompt", "req-visible", "cmpl-"):
+    for secret in (KEY, LIMITED, "key-id-visible", "secret prompt", "req-visible", "cmpl-"):
         assert secret not in text
     labels = scrape(gateway)
     assert labels.label_values("model") <= {"m", "other"}
