@@ -139,19 +139,27 @@ for key, members in pairs(removed) do
 end
 
 -- Adjustments: budgets settled to what requests cost, and the spend ledger.
+-- A counter's time to live is set when the counter is made (its value is then the amount
+-- added), not at every addition.
 for _ = 1, tonumber(arg()) do
   local key, field, amount, ttl = KEYS[tonumber(arg())], arg(), arg(), tonumber(arg())
+  local now_at
   if field == '-' then
-    redis.call('INCRBY', key, amount)
+    now_at = redis.call('INCRBY', key, amount)
   else
-    redis.call('HINCRBY', key, field, amount)
+    now_at = redis.call('HINCRBY', key, field, amount)
   end
-  if ttl > 0 then redis.call('EXPIRE', key, ttl) end
+  if ttl > 0 and now_at == tonumber(amount) then redis.call('EXPIRE', key, ttl) end
 end
+-- Budgets this call admits into: what they held (read once), and what the call adds (one
+-- INCRBY each at the end, however many requests it admits).
+local fresh, taken = {}, {}
 local function spent_of(key)
   local v = spent[key]
   if v == nil then
-    v = big(redis.call('GET', key) or '0')
+    local held = redis.call('GET', key)
+    if not held then fresh[key] = true end
+    v = big(held or '0')
     spent[key] = v
   end
   return v
@@ -215,8 +223,7 @@ for _ = 1, tonumber(arg()) do
       local key = r[1]
       if r[2] == 'b' then
         spent[key] = plus(spent[key], price)
-        redis.call('INCRBY', key, cost)
-        if r[4] > 0 then redis.call('EXPIRE', key, r[4]) end
+        taken[key] = {plus(taken[key] and taken[key][1] or {0, 0}, price), r[4]}
       elseif r[2] == 'p' then
         used[key] = used[key] + 1
         added[key] = added[key] or {}
@@ -230,6 +237,10 @@ for _ = 1, tonumber(arg()) do
   end
 end
 
+for key, add in pairs(taken) do
+  redis.call('INCRBY', key, text(add[1]))
+  if fresh[key] and add[2] > 0 then redis.call('EXPIRE', key, add[2]) end
+end
 for key in pairs(dirty) do
   local ahead = aheads[key]
   redis.call('SET', key, string.format('%.6f', now + ahead), 'PX', math.ceil(ahead * 1000) + 1000)

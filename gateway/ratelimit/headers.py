@@ -51,7 +51,11 @@ def ratelimit_headers(verdict: Verdict, reported: Reported) -> RawHeaders:
         remaining, reset_s, _ = values[i]
         out += kind_headers(kind, rules[i].limit_header, remaining, reset_s)
     if rules and rules[-1].kind == "budget":  # budgets come last
-        left = min(v[0] for r, v in zip(rules, values, strict=True) if r.kind == "budget")
+        i = len(rules) - 1
+        left = values[i][0]
+        while i > 0 and rules[i - 1].kind == "budget":
+            i -= 1
+            left = min(left, values[i][0])
         out.append(budget_header(left))
     return out
 

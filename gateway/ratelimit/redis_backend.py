@@ -75,6 +75,9 @@ class RedisBackend:
         # Budgets settled and spend added: (key, field or "-", ttl) → amount, merged while
         # queued; a failed call puts its own back (money is not dropped with the connection).
         self._adjust: dict[tuple[str, str, int], int] = {}
+        # Settlements' money by rule set (id of its budgets, which the entry keeps alive), until
+        # the next call spreads it over the budgets' counters: one tally a request.
+        self._settled: dict[int, tuple[tuple[tuple[str, int, int], ...], int]] = {}
         self._leases: dict[str, tuple[Rule, ...]] = {}  # held parallel slots, refreshed
         self._refresh_due = False
         self._drainers: set[asyncio.Task[None]] = set()
@@ -82,6 +85,7 @@ class RedisBackend:
         # done-callbacks run a step after it ended, and work queued in that step would wait
         # for a drainer that is gone (until some later request kicked one).
         self._draining = 0
+        self._starting = False  # a drainer was made and has not begun
         self._refresher: asyncio.Task[None] | None = None
         # Calls that carried money and had no answer, to send again (oldest first), and the
         # markers of calls answered, dropped with the next call.
@@ -102,9 +106,10 @@ class RedisBackend:
         return await fut  # a caller that leaves cancels it: see _drain
 
     def settle(self, ask: Ask, delta_tokens: int, delta_cost: int = 0) -> None:
-        if delta_cost:
-            for bucket, _, ttl in ask.limits.budgets:
-                self._add(bucket, "-", ttl, delta_cost)
+        if delta_cost:  # one tally per rule set: spread over its budgets when a call is made
+            budgets = ask.limits.budgets
+            held = self._settled.get(id(budgets))
+            self._settled[id(budgets)] = (budgets, delta_cost + (held[1] if held else 0))
         parallel = self._leases.pop(ask.lease, None)
         if parallel is None and not (delta_tokens and _has(ask, "tokens")):
             if delta_cost:
@@ -116,8 +121,14 @@ class RedisBackend:
     def spend(self, entries: Sequence[Spend], now: bool = True) -> None:
         """Adds to the spend ledger; with `now` False, only queued for the next call (the
         limiter's breaker is open: the call would fail)."""
-        for day, name, amount in entries:
-            self._add(day, name, LEDGER_TTL_S, amount)
+        adjust = self._adjust
+        for day, name, amount in entries:  # _add's work, inline: this runs for every request
+            slot = (day, name, LEDGER_TTL_S)
+            held = adjust.get(slot)
+            if held is None:
+                self._add(day, name, LEDGER_TTL_S, amount)
+            else:
+                adjust[slot] = held + amount
         if now:
             self._kick()
 
@@ -156,27 +167,44 @@ class RedisBackend:
             del adjust[next(iter(adjust))]
         adjust[slot] = adjust.get(slot, 0) + amount
 
+    def _spread(self) -> None:
+        """The settlements' tallies onto their budgets' counters."""
+        settled, self._settled = self._settled, {}
+        for budgets, amount in settled.values():
+            if amount:
+                for bucket, _, ttl in budgets:
+                    self._add(bucket, "-", ttl, amount)
+
     def _kick(self) -> None:
         """A call goes out now if fewer than MAX_IN_FLIGHT are out; otherwise the work waits
-        for the next one, with whatever else arrives meanwhile."""
-        if self._draining < MAX_IN_FLIGHT:
+        for the next one, with whatever else arrives meanwhile. A drainer that has not begun
+        yet takes this work too: no second one for it (a request's settlement and its spend
+        come one after the other)."""
+        if self._draining < MAX_IN_FLIGHT and not self._starting:
             self._draining += 1
+            self._starting = True
             task = asyncio.get_running_loop().create_task(self._drain())
             self._drainers.add(task)
             task.add_done_callback(self._drainers.discard)
 
     async def _drain(self) -> None:
+        self._starting = False  # from here, what is queued is this drainer's or a new one's
         try:
             await self._drain_queued()
         finally:
             self._draining -= 1  # in the same step as the loop's last look at the queues
 
     async def _drain_queued(self) -> None:
-        while self._replays or self._admits or self._settles or self._refresh_due or self._adjust:
+        while (
+            self._replays or self._admits or self._settles or self._refresh_due or self._adjust
+            or self._settled
+        ):  # fmt: skip
             replayed = not self._replays or await self._replay()
             if not (replayed or self._admits or self._settles):
                 return  # Redis is still away: the next call tries again, not a loop
-            if not (self._admits or self._settles or self._refresh_due or self._adjust):
+            if not (
+                self._admits or self._settles or self._refresh_due or self._adjust or self._settled
+            ):
                 continue  # only replays were waiting
             batch = self._next_batch()
             try:
@@ -201,6 +229,7 @@ class RedisBackend:
         admits, self._admits = self._admits[:MAX_BATCH], self._admits[MAX_BATCH:]
         admits = [(a, f) for a, f in admits if not f.done()]  # callers that left
         settles, self._settles = self._settles[:MAX_BATCH], self._settles[MAX_BATCH:]
+        self._spread()
         adjust, self._adjust = self._adjust, {}
         refresh, self._refresh_due = self._refresh_due, False
         money = bool(adjust) or any(a.limits.budgets for a, _ in admits)

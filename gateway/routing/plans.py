@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from core.errors import InvalidRequest, ModelNotFound, PermissionDenied
@@ -28,6 +28,11 @@ class Plan:
     root: Node
     resolve: Callable[[Leaf], Target]  # a leaf's target for this request
     portkey: bool = False  # a Portkey config chose it: answer with Portkey's response headers
+    # targets(), found once: an alias's plan is made once with the config and serves every
+    # request to it
+    _targets: list[tuple[tuple[str, str], ...]] = field(
+        default_factory=list, compare=False, repr=False
+    )
 
     def first(self) -> tuple[Leaf, Target]:
         """The target tried first (a loadbalance's first child stands for the group): what
@@ -40,8 +45,10 @@ class Plan:
     def targets(self) -> tuple[tuple[str, str], ...]:
         """Every (provider, model) the plan may try: a budget reserves at the highest price
         among them."""
-        found = (self.resolve(leaf) for leaf in leaves(self.root))
-        return tuple((t.provider, t.model) for t in found)
+        if not self._targets:
+            found = (self.resolve(leaf) for leaf in leaves(self.root))
+            self._targets.append(tuple((t.provider, t.model) for t in found))
+        return self._targets[0]
 
 
 def _direct(node: Node) -> Node:
