@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,20 +41,6 @@ def config(**sections: Any) -> Config:
 
 
 CONFIG = config()
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
-@pytest.fixture
-def redis(redis_server: RedisServer) -> RedisServer:
-    if not redis_server.answers():
-        redis_server.start()
-    redis_server.command("FLUSHALL")
-    return redis_server
 
 
 def redis_config(redis: RedisServer) -> RateLimitConfig:

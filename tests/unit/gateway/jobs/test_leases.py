@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,12 +19,6 @@ from tests.redis_proc import RedisServer
 NAME = "owner/batch_0001"
 LAPSE_S = 0.05
 DEADLINE_S = 5.0
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
 
 
 @pytest.fixture(params=["store", "redis"])

@@ -97,8 +97,11 @@ class Priced(FakeProvider):
             yield [{**c, "usage": USAGE} if "usage" in c else c for c in batch]
 
 
+Gateway = tuple[httpx.AsyncClient, Runtime, dict[str, "Priced"]]  # client, runtime, providers
+
+
 @pytest.fixture
-async def gateway() -> AsyncIterator[tuple[httpx.AsyncClient, Runtime, dict[str, Priced]]]:
+async def gateway() -> AsyncIterator[Gateway]:
     providers = {
         "premium": Priced(
             "premium", UpstreamError("Upstream premium/big returned 503", status=502)
@@ -144,7 +147,7 @@ async def day_ledger(rt: Runtime) -> dict[str, int]:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 async def test_a_request_is_charged_the_price_of_the_target_that_answered(
-    gateway: tuple[httpx.AsyncClient, Runtime, dict[str, Priced]], stream: bool
+    gateway: Gateway, stream: bool
 ) -> None:
     client, rt, providers = gateway
     r = await post(client, "sk-a", chat(stream=stream), "/v1/chat/completions")
@@ -162,7 +165,7 @@ async def test_a_request_is_charged_the_price_of_the_target_that_answered(
 
 
 async def test_the_reservation_is_at_the_highest_price_wherever_it_is_in_the_plan(
-    gateway: tuple[httpx.AsyncClient, Runtime, dict[str, Priced]],
+    gateway: Gateway,
 ) -> None:
     """flaky ($0.10 a million) is tried first, cheap ($1 in, $2 out) after it: the request may
     cost cheap's prices, so it reserves at them."""
@@ -177,7 +180,7 @@ async def test_the_reservation_is_at_the_highest_price_wherever_it_is_in_the_pla
 
 
 async def test_costs_add_up_per_key_team_and_model(
-    gateway: tuple[httpx.AsyncClient, Runtime, dict[str, Priced]],
+    gateway: Gateway,
 ) -> None:
     client, rt, _ = gateway
     for _ in range(3):
@@ -197,7 +200,7 @@ async def test_costs_add_up_per_key_team_and_model(
 
 
 async def test_a_budget_too_small_for_the_reservation_is_refused_before_any_call(
-    gateway: tuple[httpx.AsyncClient, Runtime, dict[str, Priced]],
+    gateway: Gateway,
 ) -> None:
     client, rt, providers = gateway
     r = await post(client, "sk-poor", chat(), "/v1/chat/completions")
@@ -215,7 +218,7 @@ async def test_a_budget_too_small_for_the_reservation_is_refused_before_any_call
 
 
 async def test_a_request_nobody_answered_gives_its_reservation_back(
-    gateway: tuple[httpx.AsyncClient, Runtime, dict[str, Priced]],
+    gateway: Gateway,
 ) -> None:
     client, rt, _ = gateway
     r = await post(client, "sk-a", chat("down"), "/v1/chat/completions")
@@ -224,7 +227,7 @@ async def test_a_request_nobody_answered_gives_its_reservation_back(
 
 
 async def test_an_unpriced_target_costs_nothing(
-    gateway: tuple[httpx.AsyncClient, Runtime, dict[str, Priced]],
+    gateway: Gateway,
 ) -> None:
     client, rt, _ = gateway
     r = await post(client, "sk-a", chat("gratis"), "/v1/chat/completions")
@@ -237,7 +240,7 @@ async def test_an_unpriced_target_costs_nothing(
 
 
 async def test_a_key_without_a_budget_is_charged_to_the_ledger(
-    gateway: tuple[httpx.AsyncClient, Runtime, dict[str, Priced]],
+    gateway: Gateway,
 ) -> None:
     client, rt, _ = gateway
     r = await post(client, "sk-free", chat(), "/v1/chat/completions")
@@ -247,7 +250,7 @@ async def test_a_key_without_a_budget_is_charged_to_the_ledger(
 
 
 async def test_a_stream_that_breaks_before_its_usage_is_charged_its_reservation(
-    gateway: tuple[httpx.AsyncClient, Runtime, dict[str, Priced]],
+    gateway: Gateway,
 ) -> None:
     client, rt, providers = gateway
     body = orjson.dumps({"model": "fb", "prompt": "break", "max_tokens": 10, "stream": True})

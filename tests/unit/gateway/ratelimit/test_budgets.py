@@ -12,7 +12,7 @@ import datetime as dt
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import pytest
@@ -37,36 +37,11 @@ from gateway.ratelimit.rules import (
 )
 from tests.redis_proc import RedisServer
 from tests.unit.gateway.ratelimit.test_limiter import Seen, rule
+from tests.unit.gateway.ratelimit.test_redis_backend import backend, config
 
 PICO = 10**12
 UTC = dt.UTC
 PREFIX = "{llmgw}:"
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
-@pytest.fixture
-def redis(redis_server: RedisServer) -> RedisServer:
-    if not redis_server.answers():
-        redis_server.resume()
-        if not redis_server.answers():
-            redis_server.start()
-    redis_server.command("FLUSHALL")
-    return redis_server
-
-
-def config(redis: RedisServer, **kw: object) -> RateLimitConfig:
-    return RateLimitConfig(backend="redis", redis_url=redis.url, **kw)  # type: ignore[arg-type]
-
-
-async def backend(redis: RedisServer, **kw: object) -> RedisBackend:
-    b = RedisBackend(config(redis, **kw))
-    await b.start()
-    return b
 
 
 async def idle(red: RedisBackend) -> None:
@@ -511,13 +486,7 @@ async def test_a_charge_made_locally_while_redis_is_away_reaches_its_counters(
         lim.spend(ledger("a", "t", "m", 123_456, now))  # the breaker is open: queued only
         await idle(lim._redis)
         redis.start()
-        for _ in range(200):  # the breaker's cooldown (0.1 s), then its probe
-            grant = await lim.admit("a", "m", "m", lambda: (1, 0))
-            if grant.backend is lim._redis:
-                break
-            await asyncio.sleep(0.02)
-        else:
-            pytest.fail("the limiter never went back to Redis")
+        await back_on_redis(lim)
         await flushed(lim._redis)
         assert await lim.read_counters([bucket]) == {bucket: 123_456}
         assert await lim.read_ledger([day]) == {
@@ -526,6 +495,16 @@ async def test_a_charge_made_locally_while_redis_is_away_reaches_its_counters(
         assert seen.errors == ["local"]
     finally:
         await lim.aclose()
+
+
+async def back_on_redis(lim: Limiter) -> None:
+    """Admissions until one is Redis's: the breaker's cooldown (0.1 s), then its probe."""
+    for _ in range(200):
+        grant = await lim.admit("a", "m", "m", lambda: (1, 0))
+        if grant.backend is lim._redis:
+            return
+        await asyncio.sleep(0.02)
+    pytest.fail("the limiter never went back to Redis")
 
 
 async def test_what_an_unchecked_request_cost_reaches_the_budgets_when_redis_is_back(
@@ -546,13 +525,7 @@ async def test_what_an_unchecked_request_cost_reaches_the_budgets_when_redis_is_
         assert grant.settle(80, 123_456) == 123_456
         await idle(lim._redis)
         redis.start()
-        for _ in range(200):  # the breaker's cooldown (0.1 s), then its probe
-            grant = await lim.admit("a", "m", "m", lambda: (1, 0))
-            if grant.backend is lim._redis:
-                break
-            await asyncio.sleep(0.02)
-        else:
-            pytest.fail("the limiter never went back to Redis")
+        await back_on_redis(lim)
         await flushed(lim._redis)
         assert await lim.read_counters([bucket]) == {bucket: 123_456}
     finally:

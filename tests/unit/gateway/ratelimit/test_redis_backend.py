@@ -5,7 +5,6 @@ leases, cancellation, and Redis failing and coming back."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,21 +16,6 @@ from gateway.ratelimit.redis_backend import BackendDown, RedisBackend
 from gateway.ratelimit.rules import BreakerConfig, Rule
 from tests.redis_proc import RedisCluster, RedisServer
 from tests.unit.gateway.ratelimit.test_limiter import FULL_BUCKET_CASES, Seen, ask, cost, rule
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
-@pytest.fixture
-def redis(redis_server: RedisServer) -> RedisServer:
-    if not redis_server.answers():
-        redis_server.resume()
-        redis_server.start()
-    redis_server.command("FLUSHALL")
-    return redis_server
 
 
 def config(redis: RedisServer, **kw: object) -> RateLimitConfig:
