@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -34,7 +35,8 @@ from gateway.governance.storage import Changes, Snapshot, Storage
 log = logging.getLogger("gateway.governance")
 T = TypeVar("T")
 POLL_S = 0.25
-TRIES = 5  # a change decided again this many times, if other changes keep coming first
+CHANGE_S = 5.0  # how long a change is decided again while other changes keep coming first
+BACKOFF_S = 0.005  # the first wait before deciding again, doubled each time up to 0.2 s
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +166,9 @@ class Accounts:
         """Decide a change on the newest set and write it, deciding again if another change
         came first. `decide` raises the caller's refusals (a 404, 409, …)."""
         async with self._lock:
-            for _ in range(TRIES):
+            clock = asyncio.get_running_loop().time
+            deadline, wait = clock() + CHANGE_S, BACKOFF_S
+            while True:
                 await self._refresh()
                 assert self._snapshot is not None
                 base = self._snapshot
@@ -174,7 +178,13 @@ class Accounts:
                 if version is not None:
                     self._adopt(base.applied(changes, version))
                     return edit.result
-        raise ServiceUnavailable("Other changes to the keys and teams keep coming first; retry.")
+                if clock() >= deadline:
+                    raise ServiceUnavailable(
+                        "Other changes to the keys and teams keep coming first; retry."
+                    )
+                # replicas that lost together do not all try again at once
+                await asyncio.sleep(random.uniform(0, wait))
+                wait = min(wait * 2, 0.2)
 
     async def _commit(self, base: Snapshot, changes: Changes) -> str | None:
         try:

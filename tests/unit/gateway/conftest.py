@@ -1,9 +1,12 @@
 """A real redis-server for the gateway's unit tests that need one (limits, budgets, runtime
-keys): one per module, emptied and answering before each test."""
+keys): one per module, emptied and answering before each test. Each test runs in its own
+directory, so that a runtime's default files store (./data/files, where the memory backend
+keeps spend) is the test's own, not a later test's or the checkout's."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +28,8 @@ def redis(redis_server: RedisServer) -> RedisServer:
             redis_server.start()
     redis_server.command("FLUSHALL")
     return redis_server
+
+
+@pytest.fixture(autouse=True)
+def own_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)

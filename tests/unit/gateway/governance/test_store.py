@@ -113,12 +113,12 @@ async def test_changes_decided_on_a_stale_set_are_decided_again(
     replicas: tuple[Accounts, Accounts],
 ) -> None:
     a, b = replicas
-    made = [r.change(create(f"k{i}-{n}")) for n, r in enumerate((a, b)) for i in range(5)]
+    made = [r.change(create(f"k{i}-{n}")) for n, r in enumerate((a, b)) for i in range(10)]
     await asyncio.gather(*made)
     assert (
         set((await a.sync()).keys)
         == set((await b.sync()).keys)
-        == {f"k{i}-{n}" for n in range(2) for i in range(5)}
+        == {f"k{i}-{n}" for n in range(2) for i in range(10)}
     )
 
 

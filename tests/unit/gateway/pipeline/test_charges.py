@@ -114,8 +114,11 @@ async def gateway() -> AsyncIterator[Gateway]:
     rt = app.runtime
     await rt.start()
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
-        yield client, rt, providers
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            yield client, rt, providers
+    finally:
+        await rt.aclose()
 
 
 def chat(model: str = "fb", stream: bool = False) -> bytes:
