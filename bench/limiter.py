@@ -9,8 +9,9 @@ budgeted one also prices the mock's model and gives the key and its team a budge
 refuse): each request reserves its most at admission, in the same Redis call as the limits, and
 is charged its cost to the budgets and the spend ledger when it ends.
 The targets run one at a time, alternating over many short rounds (this machine's speed drifts
-by tens of percent over seconds); each round compares the limiters with the run without limits
-of that round, and the report is the median over rounds.
+by tens of percent over seconds), every other round in the reverse order; each round compares
+the limiters with the run without limits of that round, and the report is the median over
+rounds.
 
     .venv/bin/python bench/limiter.py [--rounds 15] [--duration 3] [--check]
 
@@ -125,8 +126,9 @@ def bench(args: argparse.Namespace, tmp: Path) -> dict[str, list[Run]]:
             probe(target, STREAMING, tmp)
         for target in targets:  # once: later rounds follow each other closely
             wrk(target, THROUGHPUT, args.warmup, tmp)
-        for _ in range(args.rounds):
-            for target in targets:
+        for n in range(args.rounds):
+            # every other round backwards: a drift within a round favours no target
+            for target in targets if n % 2 == 0 else targets[::-1]:
                 pids = {"gateway": target.pid, "mock": mock.pid}
                 runs[target.name].append(measure(target, THROUGHPUT, args.duration, tmp, pids))
     finally:

@@ -242,6 +242,8 @@ class Metrics:
         else:  # each worker's in its file, added to directly, as a handle is
             self._inflight_value = inflight._value
         self._ok: dict[str, int] = {}  # successful attempts by provider, not yet in the registry
+        # spend by (team, model, provider), in pico-dollars, not yet in the registry
+        self._spent: dict[tuple[str, str, str], int] = {}
 
     def _child(self, metric: str, *labels: str) -> Any:
         """labels() takes a lock and builds a key each time: cache the children (counters and
@@ -308,6 +310,10 @@ class Metrics:
         ok, self._ok = self._ok, {}
         for provider, count in ok.items():
             self._child("attempts", provider, "ok").inc(count)
+        spent, self._spent = self._spent, {}
+        for (team, model, provider), amount in spent.items():
+            label = self._team_label(team)
+            self._child("spend", label, model, provider or "none").inc(amount / PICO)
 
     def _move(self, key: Labels, alike: Alike) -> None:
         model, provider, status, streamed, op, error_type = key
@@ -367,10 +373,12 @@ class Metrics:
         return inc
 
     def spend(self, team: str, model: str, provider: str, amount: int) -> None:
-        """`amount`: pico-dollars (gateway.governance.money); the counter's unit is the dollar."""
+        """`amount`: pico-dollars (gateway.governance.money), tallied exactly until the flush;
+        the counter's unit is the dollar."""
         if self.enabled:
-            label = self._team_label(team)
-            self._child("spend", label, model, provider or "none").inc(amount / PICO)
+            key = (team, model, provider)
+            self._spent[key] = self._spent.get(key, 0) + amount
+            self._flush_due()
 
     def unpriced(self, model: str, provider: str) -> None:
         if self.enabled:

@@ -21,13 +21,12 @@ def day_hash(day: dt.date) -> str:
 
 def ledger(
     key_id: str, team: str | None, model: str, amount: int, now: dt.datetime | None = None
-) -> list[Spend]:
-    """The entries one request's cost adds, on the UTC day it ended."""
+) -> Spend:
+    """What one request's cost adds, on the UTC day it ended."""
     day = day_hash(now.date()) if now is not None else _today(int(time.time() // 86400))
-    out = [(day, "k:" + key_id, amount), (day, "m:" + model, amount)]
     if team:
-        out.append((day, "t:" + team, amount))
-    return out
+        return (day, ("k:" + key_id, "m:" + model, "t:" + team), amount)
+    return (day, ("k:" + key_id, "m:" + model), amount)
 
 
 @functools.lru_cache(maxsize=2)  # named once a day, not per request

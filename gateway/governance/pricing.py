@@ -13,6 +13,7 @@ from gateway.governance.money import PER_TOKEN, pico
 
 PRICE_KEYS = ("input", "cached_input", "output")
 DEFAULT = "*"
+MAX_CEILINGS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,8 @@ class Price:
         prompt = _count(usage.get("prompt_tokens"))
         completion = _count(usage.get("completion_tokens"))
         details = usage.get("prompt_tokens_details")
+        if not details:  # the usual answer: no cached tokens
+            return prompt * self.input + completion * self.output
         cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
         cached = min(cached, prompt)
         return (
@@ -72,6 +75,9 @@ class PriceBook:
 
     def __init__(self, prices: Mapping[str, Pricing]) -> None:
         self._prices = {name: p for name, p in prices.items() if p}
+        # ceilings by plan: an alias's plan is the same tuple every request; a request's own
+        # (Portkey) config makes new ones, so the table is emptied when full
+        self._ceilings: dict[tuple[tuple[str, str], ...], tuple[int, int]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._prices)
@@ -84,9 +90,17 @@ class PriceBook:
         found = table.get(model)
         return found if found is not None else table.get(DEFAULT)
 
-    def ceiling(self, targets: Iterable[tuple[str, str]]) -> tuple[int, int]:
+    def ceiling(self, targets: tuple[tuple[str, str], ...]) -> tuple[int, int]:
         """The highest prompt and completion prices among `targets` (provider, model): what a
         request that may be served by any of them reserves per token."""
+        found = self._ceilings.get(targets)
+        if found is None:
+            if len(self._ceilings) >= MAX_CEILINGS:
+                self._ceilings.clear()
+            found = self._ceilings[targets] = self._highest(targets)
+        return found
+
+    def _highest(self, targets: Iterable[tuple[str, str]]) -> tuple[int, int]:
         top_in = top_out = 0
         for provider, model in targets:
             p = self.price(provider, model)

@@ -7,7 +7,7 @@ import math
 
 from gateway.asgi import RawHeaders
 from gateway.governance.budgets import iso
-from gateway.governance.money import dollars, usd
+from gateway.governance.money import PICO, dollars
 from gateway.ratelimit.rules import Reported, Rule, State, Values, Verdict
 
 KIND_WORDS = {
@@ -64,9 +64,12 @@ BUDGET_HEADER = b"x-gateway-budget-remaining-usd"
 
 
 def budget_header(left: int) -> tuple[bytes, bytes]:
-    """What the binding budget has left, in dollars (exact), once the request's most is
-    reserved."""
-    return (BUDGET_HEADER, usd(max(0, left)).encode())
+    """What the binding budget has left, in dollars (exact, as money.usd writes it), once the
+    request's most is reserved. Bytes formatted directly: this runs for every response."""
+    whole, frac = divmod(left, PICO) if left > 0 else (0, 0)
+    if not frac:
+        return (BUDGET_HEADER, b"%d" % whole)
+    return (BUDGET_HEADER, (b"%d.%012d" % (whole, frac)).rstrip(b"0"))
 
 
 def kind_headers(kind: str, limit: bytes, remaining: int, reset_s: float) -> RawHeaders:

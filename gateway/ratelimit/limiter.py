@@ -262,13 +262,13 @@ class Limiter:
             headers=retry_headers(max(1.0, self._breaker.retry_in(time.monotonic()))),
         )
 
-    def spend(self, entries: Sequence[Spend]) -> None:
+    def spend(self, entry: Spend) -> None:
         """Adds to the spend ledger, where the limits are kept (a Redis that is away gets it
         with its next call)."""
         if self._memory is not None:
-            self._memory.spend(entries)
+            self._memory.spend(entry)
         elif self._redis is not None:
-            self._redis.spend(entries, now=self._breaker.state == CLOSED)
+            self._redis.spend(entry, now=self._breaker.state == CLOSED)
 
     async def read_ledger(self, days: Sequence[str]) -> dict[str, dict[str, int]]:
         """The spend ledger's days (gateway.governance.ledger's hashes): field → pico-dollars.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from gateway.asgi import RawHeaders
 from gateway.ratelimit.headers import budget_header, kind_headers
@@ -176,10 +176,11 @@ class MemoryBackend:
         if bucket not in self.expiry:
             self.expiry[bucket] = time.time() + ttl if ttl else math.inf
 
-    def spend(self, entries: Sequence[Spend]) -> None:
-        """Adds to the spend ledger: each entry's amount to its day's field."""
+    def spend(self, entry: Spend) -> None:
+        """Adds to the spend ledger: the amount to each of the entry's fields of its day."""
         ledger = self.ledger
-        for day, name, amount in entries:
+        day, names, amount = entry
+        for name in names:
             ledger[(day, name)] = ledger.get((day, name), 0) + amount
 
     def _counted(self, now: float) -> None:

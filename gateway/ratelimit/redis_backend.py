@@ -78,6 +78,7 @@ class RedisBackend:
         # Settlements' money by rule set (id of its budgets, which the entry keeps alive), until
         # the next call spreads it over the budgets' counters: one tally a request.
         self._settled: dict[int, tuple[tuple[tuple[str, int, int], ...], int]] = {}
+        self._spent: dict[tuple[str, tuple[str, ...]], int] = {}  # the ledger's, likewise
         self._leases: dict[str, tuple[Rule, ...]] = {}  # held parallel slots, refreshed
         self._refresh_due = False
         self._drainers: set[asyncio.Task[None]] = set()
@@ -118,19 +119,28 @@ class RedisBackend:
         self._settles.append((ask, delta_tokens))
         self._kick()
 
-    def spend(self, entries: Sequence[Spend], now: bool = True) -> None:
+    def spend(self, entry: Spend, now: bool = True) -> None:
         """Adds to the spend ledger; with `now` False, only queued for the next call (the
-        limiter's breaker is open: the call would fail)."""
-        adjust = self._adjust
-        for day, name, amount in entries:  # _add's work, inline: this runs for every request
-            slot = (day, name, LEDGER_TTL_S)
-            held = adjust.get(slot)
-            if held is None:
-                self._add(day, name, LEDGER_TTL_S, amount)
-            else:
-                adjust[slot] = held + amount
+        limiter's breaker is open: the call would fail). Tallied by day and fields until the
+        next call splits the tallies into the fields' adjustments: one sum a request."""
+        day, names, amount = entry
+        spent = self._spent
+        held = spent.get((day, names))
+        if held is not None:
+            spent[(day, names)] = held + amount
+        else:
+            if len(spent) >= MAX_ADJUSTMENTS:  # a long outage: bounded where the fields are
+                self._split_spent()
+            spent[(day, names)] = amount
         if now:
             self._kick()
+
+    def _split_spent(self) -> None:
+        spent, self._spent = self._spent, {}
+        for (day, names), amount in spent.items():
+            if amount:
+                for name in names:
+                    self._add(day, name, LEDGER_TTL_S, amount)
 
     def charged(self, ask: Ask, amount: int) -> None:
         """A request admitted while Redis was away (the `local` fallback) was charged this:
@@ -168,7 +178,8 @@ class RedisBackend:
         adjust[slot] = adjust.get(slot, 0) + amount
 
     def _spread(self) -> None:
-        """The settlements' tallies onto their budgets' counters."""
+        """The settlements' and the ledger's tallies onto their counters and fields."""
+        self._split_spent()
         settled, self._settled = self._settled, {}
         for budgets, amount in settled.values():
             if amount:
@@ -197,14 +208,15 @@ class RedisBackend:
     async def _drain_queued(self) -> None:
         while (
             self._replays or self._admits or self._settles or self._refresh_due or self._adjust
-            or self._settled
+            or self._settled or self._spent
         ):  # fmt: skip
             replayed = not self._replays or await self._replay()
             if not (replayed or self._admits or self._settles):
                 return  # Redis is still away: the next call tries again, not a loop
             if not (
-                self._admits or self._settles or self._refresh_due or self._adjust or self._settled
-            ):
+                self._admits or self._settles or self._refresh_due or self._adjust
+                or self._settled or self._spent
+            ):  # fmt: skip
                 continue  # only replays were waiting
             batch = self._next_batch()
             try:

@@ -287,9 +287,11 @@ def _bucket_name(model: str) -> str:
     return "h-" + hashlib.sha256(model.encode()).hexdigest()[:24]
 
 
-# A spend ledger's entry: the day's hash ("s:20261128"), its field ("k:<key id>", "t:<team>",
-# "m:<model>"), and the amount in pico-dollars.
-Spend = tuple[str, str, int]
+# What one request adds to the spend ledger: the day's hash ("s:20261128"), its fields
+# ("k:<key id>", "m:<model>", and "t:<team>" when it has one), and the amount in pico-dollars
+# added to each field. One entry a request: the backends tally entries alike before they split
+# them into fields.
+Spend = tuple[str, tuple[str, ...], int]
 
 
 @dataclass(slots=True)  # not frozen: built per request, and frozen ones build slowly

@@ -21,7 +21,7 @@ async def test_a_restart_finds_the_budgets_and_the_ledger(tmp_path: Path) -> Non
     first = MemoryBackend()
     kept = keeper(first, tmp_path)
     await kept.start()
-    first.spend([("s:20261128", "k:a", 5), ("s:20261128", "t:t", 5)])
+    first.spend(("s:20261128", ("k:a", "t:t"), 5))
     first.spent["b:k:a:all"] = 10**18 + 7  # past what a double holds: kept exactly
     first.expiry["b:k:a:all"] = float("inf")
     await kept.aclose()
@@ -39,8 +39,8 @@ async def test_two_processes_on_one_directory_add_up(tmp_path: Path) -> None:
     ka, kb = keeper(a, tmp_path), keeper(b, tmp_path)
     await ka.start()
     await kb.start()
-    a.spend([("s:20261128", "k:x", 5)])
-    b.spend([("s:20261128", "k:x", 7)])
+    a.spend(("s:20261128", ("k:x",), 5))
+    b.spend(("s:20261128", ("k:x",), 7))
     await ka.flush()
     await kb.flush()
     await ka.flush()  # takes b's in
@@ -57,7 +57,8 @@ async def test_periods_gone_and_days_past_400_are_dropped(tmp_path: Path) -> Non
     await kept.start()
     backend.spent.update({"b:k:a:d20200101": 3, "b:k:a:all": 4})
     backend.expiry.update({"b:k:a:d20200101": time.time() - 1, "b:k:a:all": float("inf")})
-    backend.spend([("s:20200101", "k:a", 3), ("s:29991231", "k:a", 4)])
+    backend.spend(("s:20200101", ("k:a",), 3))
+    backend.spend(("s:29991231", ("k:a",), 4))
     await kept.flush()
     assert backend.spent == {"b:k:a:all": 4}
     assert backend.ledger == {("s:29991231", "k:a"): 4}

@@ -21,25 +21,25 @@ def test_a_days_hash_is_named_after_its_utc_date() -> None:
 
 def test_a_request_adds_its_cost_to_its_key_model_and_team() -> None:
     now = dt.datetime(2026, 11, 28, 13, tzinfo=UTC)
-    assert ledger("key-1", "research", "gpt-4o", 4_000_000_000, now) == [
-        ("s:20261128", "k:key-1", 4_000_000_000),
-        ("s:20261128", "m:gpt-4o", 4_000_000_000),
-        ("s:20261128", "t:research", 4_000_000_000),
-    ]
+    assert ledger("key-1", "research", "gpt-4o", 4_000_000_000, now) == (
+        "s:20261128",
+        ("k:key-1", "m:gpt-4o", "t:research"),
+        4_000_000_000,
+    )
 
 
 def test_a_key_without_a_team_adds_no_team_entry() -> None:
     now = dt.datetime(2026, 11, 28, 13, tzinfo=UTC)
-    assert ledger("k", None, "m", 5, now) == [("s:20261128", "k:k", 5), ("s:20261128", "m:m", 5)]
-    assert ledger("k", "", "m", 5, now) == [("s:20261128", "k:k", 5), ("s:20261128", "m:m", 5)]
+    assert ledger("k", None, "m", 5, now) == ("s:20261128", ("k:k", "m:m"), 5)
+    assert ledger("k", "", "m", 5, now) == ("s:20261128", ("k:k", "m:m"), 5)
 
 
 def test_the_day_is_the_utc_day_the_request_ended() -> None:
     last = dt.datetime(2026, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
-    assert ledger("k", None, "m", 1, last)[0][0] == "s:20261231"
-    assert ledger("k", None, "m", 1, last + dt.timedelta(microseconds=1))[0][0] == "s:20270101"
+    assert ledger("k", None, "m", 1, last)[0] == "s:20261231"
+    assert ledger("k", None, "m", 1, last + dt.timedelta(microseconds=1))[0] == "s:20270101"
     before = dt.datetime.now(UTC).date()
-    day = ledger("k", None, "m", 1)[0][0]  # now, by default
+    day = ledger("k", None, "m", 1)[0]  # now, by default
     after = dt.datetime.now(UTC).date()
     assert day in {day_hash(before), day_hash(after)}
 

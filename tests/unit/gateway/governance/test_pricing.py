@@ -244,8 +244,8 @@ def test_the_price_book_finds_a_models_price_else_the_providers_default() -> Non
 def test_the_ceiling_is_the_highest_price_a_plan_may_be_charged() -> None:
     b = book()
     # input: the highest of every input and cached price (fw's cached price is its highest)
-    assert b.ceiling([("openai", "gpt-4o"), ("fw", "llama")]) == (3_000_000, 10_000_000)
-    assert b.ceiling([("openai", "gpt-4o")]) == (2_500_000, 10_000_000)
-    assert b.ceiling([("openai", "other"), ("local", "x")]) == (1_000_000, 2_000_000)
-    assert b.ceiling([("local", "x"), ("fw", "mistral")]) == (0, 0)  # unpriced: nothing
-    assert b.ceiling([]) == (0, 0)
+    assert b.ceiling((("openai", "gpt-4o"), ("fw", "llama"))) == (3_000_000, 10_000_000)
+    assert b.ceiling((("openai", "gpt-4o"),)) == (2_500_000, 10_000_000)
+    assert b.ceiling((("openai", "other"), ("local", "x"))) == (1_000_000, 2_000_000)
+    assert b.ceiling((("local", "x"), ("fw", "mistral"))) == (0, 0)  # unpriced: nothing
+    assert b.ceiling(()) == (0, 0)

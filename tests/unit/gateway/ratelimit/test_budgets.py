@@ -16,13 +16,15 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from core.errors import InsufficientQuota, RateLimited
 from gateway.governance.budgets import GRACE_S, Budget, Period, iso, window
 from gateway.governance.ledger import ledger
 from gateway.governance.money import usd
 from gateway.ratelimit import Limiter, Limits, RateLimitConfig, RuleBook
-from gateway.ratelimit.headers import BUDGET_HEADER, ratelimit_headers
+from gateway.ratelimit.headers import BUDGET_HEADER, budget_header, ratelimit_headers
 from gateway.ratelimit.memory import MemoryBackend
 from gateway.ratelimit.redis_backend import LEDGER_TTL_S, BackendDown, RedisBackend
 from gateway.ratelimit.rules import (
@@ -56,7 +58,14 @@ async def idle(red: RedisBackend) -> None:
 async def flushed(red: RedisBackend) -> None:
     """Until everything queued has been sent and answered."""
     for _ in range(5000):
-        if not (red._draining or red._adjust or red._settles or red._admits):
+        if not (
+            red._draining
+            or red._adjust
+            or red._spent
+            or red._settled
+            or red._settles
+            or red._admits
+        ):
             return
         if not red._draining:
             red._kick()  # money alone waits for a call: make one
@@ -213,6 +222,11 @@ async def test_the_least_of_several_budgets_binds_and_is_reported(twins: Twins) 
     assert headers == [(BUDGET_HEADER, b"0.0000000001")]  # 100 pico-dollars
     refused = await twins.admit(ask(key, team, model, cost=101))
     assert [v[2] > 0 for v in refused.values] == [False, True, False]  # only the team's
+
+
+@given(st.integers(min_value=-(10**19), max_value=10**19))
+def test_the_header_writes_what_is_left_as_usd_does(left: int) -> None:
+    assert budget_header(left) == (BUDGET_HEADER, usd(max(0, left)).encode())
 
 
 # ---------------------------------------------------------------- settlement
@@ -401,9 +415,10 @@ async def test_key_model_budgets_match_by_glob_each_model_its_own(twins: Twins) 
 
 async def test_the_ledger_is_a_hash_per_day_kept_400_days(twins: Twins, redis: RedisServer) -> None:
     now = dt.datetime.now(UTC)
-    entries = ledger("a", "t", "gpt-4o", 4_000_000_000, now) + ledger("b", None, "gpt-4o", 7, now)
+    entries = [ledger("a", "t", "gpt-4o", 4_000_000_000, now), ledger("b", None, "gpt-4o", 7, now)]
     for b in (twins.mem, twins.red):
-        b.spend(entries)
+        for entry in entries:
+            b.spend(entry)
     await flushed(twins.red)
     day = entries[0][0]
     assert day == now.strftime("s:%Y%m%d")
