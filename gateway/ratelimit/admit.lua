@@ -4,7 +4,8 @@
 -- KEYS: every bucket the call touches (all share one hash tag, so one slot on a Cluster).
 -- ARGV[1]: one string of words separated by spaces (one argument is far cheaper for a client
 -- to send than hundreds), in this order:
---   the call's marker: the key index of its marker, 0 for a call without one (below),
+--   the call's marker: the key index of its marker, negative when the call is sent again, 0
+--                   for a call without one (below),
 --   K markers to drop: K, then their key indexes,
 --   lease seconds,
 --   R rule sets:    R, then per set: n, then n x (key index, kind, limit), a budget's with
@@ -47,7 +48,8 @@ local function arg()
 end
 local MARK_S = 3600
 local mark = tonumber(arg())
-if mark > 0 then
+if mark < 0 then  -- sent again: only then can its reply be stored already
+  mark = -mark
   local prior = redis.call('GET', KEYS[mark])
   if prior then return 'R ' .. prior end
 end

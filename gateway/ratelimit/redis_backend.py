@@ -46,6 +46,7 @@ class Batch:
     adjust: dict[tuple[str, str, int], int]
     refresh: bool
     marker: str = ""
+    replay: bool = False  # sent again: the script looks for the reply it stored first
 
 
 def _gone() -> asyncio.Future[Verdict]:
@@ -271,7 +272,7 @@ class RedisBackend:
         never ran, else its stored reply, whose admissions are given back. False: no answer
         again (it stays first in line)."""
         batch = self._replays.pop(0)
-        again = Batch([], batch.settles, batch.adjust, False, batch.marker)
+        again = Batch([], batch.settles, batch.adjust, False, batch.marker, replay=True)
         try:
             reply = await self._send(again)
         except Exception:
@@ -296,6 +297,8 @@ class RedisBackend:
     async def _send(self, batch: Batch) -> list[bytes]:
         call = _Call(self._prefix)
         mark = call.key(batch.marker) if batch.marker else 0
+        if batch.replay:
+            mark = -mark
         acks, self._acks = self._acks[:MAX_BATCH], self._acks[MAX_BATCH:]
         ack_args = [call.key(m) for m in acks]
         settle_args = [f"{call.ruleset(s.limits)} {s.lease or '-'} {d}" for s, d in batch.settles]
