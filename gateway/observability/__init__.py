@@ -1,0 +1,1 @@
+"""What the gateway tells about each request beyond its metrics: the request log."""
