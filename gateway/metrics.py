@@ -173,6 +173,13 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
 }  # fmt: skip
 
 
+# One try of a request at a target, as the request log and traces tell it: the target's label
+# (provider/model), its outcome ("ok", or the attempt metric's error kind: a status, "timeout",
+# "unreachable", "request_timeout"; "cancelled" when the caller left), how long it took and how
+# long the retry policy waited before it, in seconds.
+AttemptRecord = tuple[str, str, float, float]
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """What one inference request did, filled in along its path and observed once at its end."""
@@ -190,6 +197,13 @@ class RequestRecord:
     error_type: str = ""  # the error's type, for gen_ai's error_type; "" on success
 
     usage: Mapping[str, Any] | None = None  # the answer's, as reported (what it cost)
+    attempts: list[AttemptRecord] | None = None  # each try, in order (None: no target tried)
+
+    def tried(self, attempt: AttemptRecord) -> None:
+        if self.attempts is None:
+            self.attempts = [attempt]
+        else:
+            self.attempts.append(attempt)
 
     def use(self, usage: Any) -> None:
         if isinstance(usage, dict):

@@ -118,7 +118,9 @@ class Attempts:
 class _Tries(Generic[C, T]):
     """One request's tries through its plan."""
 
-    __slots__ = ("_prepare", "_send", "attempts", "outcome", "plan", "receive", "record", "waited")
+    __slots__ = (
+        "_prepare", "_send", "attempts", "outcome", "plan", "receive", "record", "wait", "waited",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -136,6 +138,7 @@ class _Tries(Generic[C, T]):
         self.receive = receive
         self.record = record
         self.waited = 0.0  # all waits between tries so far (the retry policy's cap)
+        self.wait = 0.0  # the wait before the next try (its record tells it)
         self.outcome: Outcome[C, T] = Outcome()
 
     async def node(self, node: Node) -> None:
@@ -198,6 +201,7 @@ class _Tries(Generic[C, T]):
             call = self._prepare(leaf, target)
 
     async def _wait(self, delay: float) -> None:
+        self.wait = delay
         began = time.perf_counter()
         try:
             await until_disconnect(asyncio.sleep(delay), self.receive)
@@ -205,25 +209,33 @@ class _Tries(Generic[C, T]):
             self.record.upstream_s += time.perf_counter() - began
 
     async def _try(self, leaf: Leaf, target: Target, call: C, breaker: Breaker) -> T:
-        metrics = self.attempts.metrics
+        metrics, wait = self.attempts.metrics, self.wait
+        self.wait = 0.0
         began = time.perf_counter()
         try:
             answer = await until_disconnect(self._bounded(leaf, call), self.receive)
         except GatewayError as err:
-            metrics.attempt(target.provider, error_kind(err))
+            kind = error_kind(err)
+            self._tried(target, kind, began, wait)
+            metrics.attempt(target.provider, kind)
             if is_failure(err):
                 breaker.failed(time.monotonic())
             else:
                 breaker.succeeded()  # an answer, if not the one hoped for: the target is alive
             raise
         except BaseException:
+            self._tried(target, "cancelled", began, wait)
             breaker.released()
             raise
-        finally:
-            self.record.upstream_s += time.perf_counter() - began
+        self._tried(target, "ok", began, wait)
         metrics.attempt(target.provider, None)
         breaker.succeeded()
         return answer
+
+    def _tried(self, target: Target, outcome: str, began: float, wait: float) -> None:
+        took = time.perf_counter() - began
+        self.record.upstream_s += took
+        self.record.tried((target.label, outcome, took, wait))
 
     def _bounded(self, leaf: Leaf, call: C) -> Awaitable[T]:
         sent = self._send(call)
