@@ -170,6 +170,9 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
     "renders": (Counter, "gateway_metrics_renders",
         "Renders of /metrics: the scrapes during one, or within metrics.min_interval_s of the "
         "last, share one.", (), {}),
+    "request_log_dropped": (Counter, "gateway_request_log_dropped_lines",
+        "Request log lines dropped: its writer was behind (a slow or full disk) or a write "
+        "failed.", (), {}),
 }  # fmt: skip
 
 
@@ -198,6 +201,8 @@ class RequestRecord:
 
     usage: Mapping[str, Any] | None = None  # the answer's, as reported (what it cost)
     attempts: list[AttemptRecord] | None = None  # each try, in order (None: no target tried)
+    cost: int | None = None  # what it was charged, in pico-dollars (None: nothing is priced)
+    error_code: str | None = None  # the OpenAI error's `code`, when it failed with one
 
     def tried(self, attempt: AttemptRecord) -> None:
         if self.attempts is None:
@@ -362,6 +367,10 @@ class Metrics:
             return
         self._child("attempts", provider, "error").inc()
         self._child("upstream_errors", provider, error_kind).inc()
+
+    def request_log_dropped(self, n: int) -> None:
+        if self.enabled:
+            self.m["request_log_dropped"].inc(n)
 
     def skipped(self, provider: str) -> None:
         if self.enabled:

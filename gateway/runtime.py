@@ -22,6 +22,7 @@ from gateway.governance.pricing import PriceBook
 from gateway.governance.store import Accounts, AccountSet
 from gateway.jobs.filestore import FileStore
 from gateway.metrics import Metrics
+from gateway.observability.logfile import LogFile
 from gateway.ratelimit import KeyLimits, Limiter, RuleBook, TeamLimits
 from gateway.routing.attempts import Attempts
 from gateway.routing.circuits import Board
@@ -56,6 +57,9 @@ class Runtime:
     live: int = 0  # of those, inference requests: batch work yields to them (gateway.jobs.batches)
     workers: int = 1  # serving processes of `gateway serve`: limits on the memory backend need 1
     idle: asyncio.Event | None = None  # swapped out: set once `inflight` is 0 (drained())
+    # Its own, opened anew by each runtime (a reload reopens a file logrotate moved): closed
+    # once this runtime's requests are over.
+    request_log: LogFile | None = None
 
     @classmethod
     def build(
@@ -93,6 +97,8 @@ class Runtime:
             prices, accounts,
         )  # fmt: skip
         circuits.configure(config.circuits, _targets(config))
+        if config.request_log.path is not None:  # last: nothing after it can fail
+            runtime.request_log = LogFile(config.request_log.path, metrics.request_log_dropped)
         return runtime
 
     async def start(self) -> None:
@@ -112,6 +118,8 @@ class Runtime:
     async def aclose(self) -> None:
         self.started = False
         await release(self.providers.values(), self.limiter, self.accounts)
+        if self.request_log is not None:
+            await self.request_log.aclose()
 
     def adopt(self, accounts: AccountSet) -> None:
         """The runtime keys and teams as they are now: for new requests from here on."""

@@ -52,6 +52,7 @@ __all__ = [
     "KeyConfig",
     "ModelConfig",
     "ProviderConfig",
+    "RequestLogConfig",
     "ServerConfig",
     "ServerTimeouts",
     "TeamConfig",
@@ -63,7 +64,7 @@ __all__ = [
 DEV_KEY = "sk-local-dev"
 TOP_KEYS = (
     "server", "auth", "providers", "models", "configs", "circuit_breaker", "rate_limit", "metrics",
-    "files", "batches", "teams",
+    "files", "batches", "teams", "request_log",
 )  # fmt: skip
 LIMIT_BACKENDS = ("memory", "redis")
 BACKEND_MODES = ("local", "open", "closed")
@@ -144,6 +145,13 @@ class BatchesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestLogConfig:
+    """One JSON line per request, written when it ends (gateway.observability)."""
+
+    path: str | None = None  # None: off; "stdout"; or a file, appended to
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     keys: tuple[KeyConfig, ...]
@@ -157,6 +165,7 @@ class Config:
     batches: BatchesConfig = field(default_factory=BatchesConfig)
     teams: Mapping[str, TeamConfig] = field(default_factory=dict)
     admin_keys: tuple[AdminKey, ...] = ()
+    request_log: RequestLogConfig = field(default_factory=RequestLogConfig)
     source: str = ""
 
     def has_dev_key(self) -> bool:
@@ -225,6 +234,7 @@ def parse(text: str, source: str = "<config>") -> Config:
         batches=_batches(mapping(top.get("batches", {}), "batches")),
         teams=teams,
         admin_keys=accounts.admin_section(auth),
+        request_log=_request_log(top.get("request_log", False)),
         source=source,
     )
 
@@ -402,6 +412,22 @@ def _metrics(m: Mapping[str, Any]) -> MetricsConfig:
         timeout_s=number(m.get("timeout_s", d.timeout_s), f"{path}.timeout_s"),
         team_labels=integer(m.get("team_labels", d.team_labels), f"{path}.team_labels", 0, 10_000),
     )
+
+
+def _request_log(v: Any) -> RequestLogConfig:
+    """`off` (YAML reads it as false), or `{path: off | stdout | a file}`."""
+    path = "request_log"
+    if v is False or v == "off":
+        return RequestLogConfig()
+    m = mapping(v, path)
+    known(m, path, RequestLogConfig.__dataclass_fields__)
+    where = m.get("path", False)
+    if where is False or where == "off":
+        return RequestLogConfig()
+    where = text(where, f"{path}.path")
+    if not where.strip() or len(where) > 4096 or "\0" in where:
+        raise ConfigError(f"{path}.path", "expected off, stdout or a file's path")
+    return RequestLogConfig(where)
 
 
 def _address(v: Any, path: str) -> tuple[str, int]:

@@ -79,7 +79,9 @@ class LogFile:
             self._hand_over()
 
     async def aclose(self) -> None:
-        """Writes what is queued, then closes the file (stdout stays open)."""
+        """Writes what is queued, then closes the file (stdout stays open). Once."""
+        if self._closed:
+            return
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()

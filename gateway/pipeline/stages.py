@@ -42,6 +42,7 @@ from gateway.auth import Principal
 from gateway.config import portkey
 from gateway.governance.ledger import ledger
 from gateway.metrics import RequestRecord
+from gateway.pipeline import logline
 from gateway.pipeline.endpoints import ENDPOINTS, A, Endpoint, K, R
 from gateway.pipeline.exchange import Inbound, Reply
 from gateway.pipeline.flow import Flow, Next, Stage, Stream, compose
@@ -63,7 +64,8 @@ CLIENT_GONE = 499  # nginx's "client closed request": the status the metrics giv
 
 
 def record(proceed: Next[R, A, K]) -> Next[R, A, K]:
-    """The request's record (observed once it is over) and the in-flight gauge."""
+    """The request's record (observed once it is over, and written to the request log) and the
+    in-flight gauge."""
 
     async def recorded(flow: Flow[R, A, K]) -> None:
         rt, rec, reply = flow.inbound.runtime, flow.record, flow.reply
@@ -78,7 +80,10 @@ def record(proceed: Next[R, A, K]) -> Next[R, A, K]:
         finally:
             rt.live -= 1
             rt.metrics.inflight_add(-1)
-            rt.metrics.observe(rec)
+            end = time.perf_counter()
+            rt.metrics.observe(rec, end)
+            if rt.request_log is not None:
+                rt.request_log.write(logline.line(flow, end))
 
     return recorded
 
@@ -90,6 +95,7 @@ def _failed(rec: RequestRecord, exc: Exception, sent: int) -> None:
         status, kind = CLIENT_GONE, "ClientGone"
     elif isinstance(exc, GatewayError):
         status, kind = exc.status, type(exc).__name__
+        rec.error_code = exc.code
     else:
         status, kind = 500, "InternalError"
     rec.error_type = kind
@@ -200,6 +206,7 @@ def _charge(flow: Flow[R, A, K], grant: Grant, principal: Principal) -> None:
             rt.metrics.unpriced(rec.model, target.provider)
         cost = price.cost(usage) if price is not None else 0
     charged = grant.settle(rec.total_tokens, cost)
+    rec.cost = charged
     if charged:
         rt.limiter.spend(ledger(principal.key_id, principal.team, rec.model, charged))
         provider = call.target.provider if call is not None else ""

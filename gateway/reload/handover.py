@@ -21,6 +21,7 @@ from core.errors import ConfigError
 from core.provider import Provider
 from gateway.config import Config
 from gateway.governance.store import Accounts, storage_settings
+from gateway.observability.logfile import LogFile
 from gateway.ratelimit import Limiter
 from gateway.runtime import Build, Runtime, build_provider, new_limiter, release
 
@@ -50,12 +51,20 @@ class Leftovers:
     providers: list[Provider]
     limiter: Limiter | None
     accounts: Accounts | None = None
+    request_log: LogFile | None = None  # the old runtime's: every runtime opens its own
 
     def __bool__(self) -> bool:
-        return bool(self.providers) or self.limiter is not None or self.accounts is not None
+        return (
+            bool(self.providers)
+            or self.limiter is not None
+            or self.accounts is not None
+            or self.request_log is not None
+        )
 
     async def aclose(self) -> None:
         await release(self.providers, self.limiter, self.accounts)
+        if self.request_log is not None:
+            await self.request_log.aclose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +107,7 @@ async def successor(old: Runtime, new: Config, build: Build = build_provider) ->
         [p for n, p in old.providers.items() if providers.get(n) is not p],
         None if keep_limiter else old.limiter,
         None if keep_accounts else old.accounts,
+        old.request_log,
     )
     return Handover(
         runtime,

@@ -5,6 +5,7 @@ added to the key's, team's and model's spend. A budget that cannot hold the rese
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
@@ -100,9 +101,9 @@ class Priced(FakeProvider):
 Gateway = tuple[httpx.AsyncClient, Runtime, dict[str, "Priced"]]  # client, runtime, providers
 
 
-@pytest.fixture
-async def gateway() -> AsyncIterator[Gateway]:
-    providers = {
+def priced_providers() -> dict[str, Priced]:
+    """CONFIG's providers: premium and flaky fail, cheap and free answer."""
+    return {
         "premium": Priced(
             "premium", UpstreamError("Upstream premium/big returned 503", status=502)
         ),
@@ -110,7 +111,13 @@ async def gateway() -> AsyncIterator[Gateway]:
         "free": Priced("free"),
         "flaky": Priced("flaky", UpstreamError("Upstream flaky/tiny returned 500", status=502)),
     }
-    app = create_app(config.parse(CONFIG), build=lambda block: providers[block.name])
+
+
+@contextlib.asynccontextmanager
+async def serving(text: str) -> AsyncIterator[Gateway]:
+    """The app of this config on priced_providers(), started, and a client of it."""
+    providers = priced_providers()
+    app = create_app(config.parse(text), build=lambda block: providers[block.name])
     rt = app.runtime
     await rt.start()
     transport = httpx.ASGITransport(app=app)
@@ -118,7 +125,13 @@ async def gateway() -> AsyncIterator[Gateway]:
         async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
             yield client, rt, providers
     finally:
-        await rt.aclose()
+        await app.runtime.aclose()
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[Gateway]:
+    async with serving(CONFIG) as served:
+        yield served
 
 
 def chat(model: str = "fb", stream: bool = False) -> bytes:

@@ -1,0 +1,75 @@
+"""A request's line in the request log (`request_log`), made from its flow when it ends: who
+asked (the key's id and team, never the key), for which alias, which target answered after
+which tries, what it used and cost, and how long it took. No prompt or completion text."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from gateway.governance.money import usd
+from gateway.metrics import RequestRecord
+from gateway.pipeline.flow import Flow
+
+
+def line(flow: Flow[Any, Any, Any], end: float) -> bytes:
+    """`end`: perf_counter() when the request ended."""
+    rec, principal, req, call = flow.record, flow.principal, flow.request, flow.call
+    fields = req.fields if req is not None else {}
+    entry: dict[str, Any] = {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "request_id": flow.inbound.request_id,
+        "key_id": principal.key_id if principal is not None else None,
+        "team": principal.team if principal is not None else None,
+        "endpoint": flow.endpoint.name,
+        "model": req.model if req is not None else None,
+        "provider": call.target.provider if call is not None else None,
+        "upstream_model": call.target.model if call is not None else None,
+        "stream": flow.streams,
+        "status": rec.status,
+        "error": {"type": rec.error_type, "code": rec.error_code} if rec.error_type else None,
+        "attempts": _attempts(rec),
+        "usage": _tokens(rec.usage),
+        "cost_usd": usd(rec.cost) if rec.cost is not None else None,
+        "latency_ms": round((end - rec.start) * 1000, 3),
+        "ttft_ms": round((rec.first_token - rec.start) * 1000, 3) if rec.first_token else None,
+        "user": fields.get("user") if isinstance(fields.get("user"), str) else None,
+    }
+    return orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _attempts(rec: RequestRecord) -> list[dict[str, Any]]:
+    return [
+        {
+            "target": target,
+            "outcome": outcome,
+            "duration_ms": round(took * 1000, 3),
+            "wait_ms": round(wait * 1000, 3),
+        }
+        for target, outcome, took, wait in rec.attempts or ()
+    ]
+
+
+def _tokens(usage: Mapping[str, Any] | None) -> dict[str, int | None] | None:
+    """The answer's token counts, as its target reported them."""
+    if usage is None:
+        return None
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    return {
+        "prompt": _count(usage.get("prompt_tokens")),
+        "completion": _count(usage.get("completion_tokens")),
+        "cached": _count(prompt_details.get("cached_tokens"))
+        if isinstance(prompt_details, dict)
+        else None,
+        "reasoning": _count(completion_details.get("reasoning_tokens"))
+        if isinstance(completion_details, dict)
+        else None,
+    }
+
+
+def _count(v: Any) -> int | None:
+    return v if type(v) is int else None
