@@ -254,8 +254,8 @@ class Run:
             captured = _Captured()
             reply = Reply(captured.send)
             inbound = Inbound(
-                rt, "POST", self.batch["endpoint"], {}, "batch", self.runner.ids, caller_stays,
-                background=True,
+                rt, "POST", self.batch["endpoint"], {}, request_id, self.runner.ids,
+                caller_stays, background=True, batch=(self.batch["id"], line.custom_id),
             )  # fmt: skip
             record = RequestRecord(time.perf_counter(), operation=operation)
             try:

@@ -44,6 +44,7 @@ class Inbound:
     receive: Receive  # the body, then the caller's disconnect
     query: bytes = b""  # the query string, as sent
     background: bool = False  # a batch's line: its providers serve live requests first
+    batch: tuple[str, str] | None = None  # a batch's line: its batch's id and its custom_id
 
 
 @dataclass(slots=True)

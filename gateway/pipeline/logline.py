@@ -38,6 +38,8 @@ def line(flow: Flow[Any, Any, Any], end: float) -> bytes:
         "ttft_ms": round((rec.first_token - rec.start) * 1000, 3) if rec.first_token else None,
         "user": fields.get("user") if isinstance(fields.get("user"), str) else None,
     }
+    if flow.inbound.batch is not None:
+        entry["batch_id"], entry["custom_id"] = flow.inbound.batch
     return orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
 
 

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import orjson
 
-from core.errors import GatewayError, InvalidRequest
+from core.errors import GatewayError, InvalidRequest, RateLimited
 from core.provider import Call, Target
 from gateway.asgi import (
     JSON_HEADERS,
@@ -86,6 +86,28 @@ def record(proceed: Next[R, A, K]) -> Next[R, A, K]:
                 rt.request_log.write(logline.line(flow, end))
 
     return recorded
+
+
+def journal(proceed: Next[R, A, K]) -> Next[R, A, K]:
+    """A batch line's request log line, once it is answered. A line refused by a rate limit is
+    not over: the batch runner waits and serves it again."""
+
+    async def journaled(flow: Flow[R, A, K]) -> None:
+        rec, reply = flow.record, flow.reply
+        over = True
+        try:
+            await proceed(flow)
+            rec.status = reply.status
+        except Exception as exc:
+            over = not isinstance(exc, RateLimited)
+            _failed(rec, exc, reply.status)
+            raise
+        finally:
+            log = flow.inbound.runtime.request_log
+            if log is not None and over:
+                log.write(logline.line(flow, time.perf_counter()))
+
+    return journaled
 
 
 def _failed(rec: RequestRecord, exc: Exception, sent: int) -> None:
@@ -354,7 +376,7 @@ class Pipeline:
     def __init__(self, extra: Sequence[Stage] = ()) -> None:
         tail: tuple[Stage, ...] = (write, *extra, attempt)
         self.live: tuple[Stage, ...] = (record, authenticate, parse, plan, admit, *tail)
-        self.line: tuple[Stage, ...] = (parse, plan, admit, *tail)
+        self.line: tuple[Stage, ...] = (journal, parse, plan, admit, *tail)
 
     def handler(self, endpoint: Endpoint[R, A, K]) -> Handler:
         """The endpoint's HTTP handler: a live request's flow through every stage."""

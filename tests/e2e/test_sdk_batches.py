@@ -50,6 +50,7 @@ models:
   emb: {{endpoint: embeddings, targets: [{{provider: oai, model: {EMBED_MODEL}}}]}}
 files: {{store: "{workdir / "store"}"}}
 batches: {{max_concurrency: 4, poll_s: 0.05}}
+request_log: {{path: "{workdir / "requests.log"}"}}
 """
     with GatewayProcess(config, workdir) as gw:
         yield gw
@@ -64,7 +65,7 @@ def sdk(
         yield client
 
 
-def test_a_batch_runs_through_the_pipeline(sdk: openai.OpenAI) -> None:
+def test_a_batch_runs_through_the_pipeline(gateway: GatewayProcess, sdk: openai.OpenAI) -> None:
     batch = start(sdk, requests(12) + requests(1, temperature=5).replace(b"req-0", b"bad-0"))
     assert batch.status == "validating" and batch.metadata == {"team": "evals"}
     done = until(sdk, batch.id, finished)
@@ -87,6 +88,29 @@ def test_a_batch_runs_through_the_pipeline(sdk: openai.OpenAI) -> None:
     assert errors[0]["response"]["body"]["error"]["param"] == "temperature"
     files = {f.id: f for f in sdk.files.list()}
     assert files[done.output_file_id].purpose == "batch_output"  # type: ignore[index]
+    # the request log has a line for each, with the batch's id and the line's custom_id
+    logged = logged_lines(gateway, done.id, 13)
+    by_custom = {x["custom_id"]: x for x in logged}
+    assert sorted(by_custom) == sorted([*(f"req-{i}" for i in range(12)), "bad-0"])
+    for x in out:
+        entry = by_custom[x["custom_id"]]
+        assert entry["request_id"] == x["response"]["request_id"] and entry["status"] == 200
+        assert (entry["key_id"], entry["model"], entry["provider"]) == ("one", "oa", "oai")
+    assert by_custom["bad-0"]["status"] == 400 and by_custom["bad-0"]["attempts"] == []
+
+
+def logged_lines(gateway: GatewayProcess, batch_id: str, n: int) -> list[dict[str, Any]]:
+    """The request log's lines of one batch, once there are `n` (a probe: lines are written a
+    moment after their request ends)."""
+    path = gateway.config.parent / "requests.log"
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        text = path.read_bytes() if path.exists() else b""
+        found = [x for x in map(orjson.loads, text.splitlines()) if x.get("batch_id") == batch_id]
+        if len(found) >= n or time.monotonic() > deadline:
+            assert len(found) == n
+            return found
+        time.sleep(0.05)
 
 
 def test_chat_batches(sdk: openai.OpenAI) -> None:
