@@ -37,6 +37,7 @@ from gateway.config.values import (
     nonnegative,
     number,
     one_of,
+    seq,
     text,
 )
 from gateway.governance import pricing
@@ -67,6 +68,7 @@ TOP_KEYS = (
     "files", "batches", "teams", "request_log",
 )  # fmt: skip
 LIMIT_BACKENDS = ("memory", "redis")
+MAX_REDACT = 64  # request_log.redact's patterns
 BACKEND_MODES = ("local", "open", "closed")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -149,6 +151,8 @@ class RequestLogConfig:
     """One JSON line per request, written when it ends (gateway.observability)."""
 
     path: str | None = None  # None: off; "stdout"; or a file, appended to
+    capture_content: bool = False  # prompts and answers in the lines, after `redact`
+    redact: tuple[re.Pattern[str], ...] = ()  # matches replaced by [REDACTED] in captured text
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,7 +431,23 @@ def _request_log(v: Any) -> RequestLogConfig:
     where = text(where, f"{path}.path")
     if not where.strip() or len(where) > 4096 or "\0" in where:
         raise ConfigError(f"{path}.path", "expected off, stdout or a file's path")
-    return RequestLogConfig(where)
+    capture = boolean(m.get("capture_content", False), f"{path}.capture_content")
+    patterns = seq(m.get("redact", []), f"{path}.redact")
+    if len(patterns) > MAX_REDACT:
+        raise ConfigError(f"{path}.redact", f"at most {MAX_REDACT} patterns")
+    return RequestLogConfig(
+        where, capture, tuple(_pattern(p, f"{path}.redact[{i}]") for i, p in enumerate(patterns))
+    )
+
+
+def _pattern(v: Any, path: str) -> re.Pattern[str]:
+    source = text(v, path)
+    if not source or len(source) > 1000:
+        raise ConfigError(path, "expected a regular expression of 1 to 1000 characters")
+    try:
+        return re.compile(source)
+    except re.error as exc:
+        raise ConfigError(path, f"not a valid regular expression: {exc}") from None
 
 
 def _address(v: Any, path: str) -> tuple[str, int]:

@@ -22,6 +22,7 @@ from core.provider import Call
 from gateway.auth import Principal
 from gateway.config.portkey import PortkeyConfig
 from gateway.metrics import RequestRecord
+from gateway.observability.content import Gathered
 from gateway.pipeline.endpoints import A, Endpoint, K, R
 from gateway.pipeline.exchange import Inbound, Reply
 from gateway.ratelimit import Grant
@@ -54,6 +55,7 @@ class Flow(Generic[R, A, K]):
     call: Call[A, K] | None = None  # attempt: what the target that answered was sent
     answer: A | None = None  # attempt: a JSON answer
     stream: Stream[K] | None = None  # attempt: a stream's answer
+    gathered: Gathered | None = None  # capture: a stream's text, for the request log
 
     def __init__(
         self,

@@ -1,6 +1,8 @@
 """A request's line in the request log (`request_log`), made from its flow when it ends: who
 asked (the key's id and team, never the key), for which alias, which target answered after
-which tries, what it used and cost, and how long it took. No prompt or completion text."""
+which tries, what it used and cost, and how long it took. No prompt or completion text unless
+`request_log.capture_content` is on: then what the caller sent (its messages, prompt or input)
+and the answer's choices, after the `redact` patterns."""
 
 from __future__ import annotations
 
@@ -12,7 +14,11 @@ import orjson
 
 from gateway.governance.money import usd
 from gateway.metrics import RequestRecord
+from gateway.observability.content import answered, redacted
 from gateway.pipeline.flow import Flow
+
+# A request's fields that hold what the caller said (captured with capture_content).
+CONTENT_FIELDS = ("messages", "prompt", "suffix", "input")
 
 
 def line(flow: Flow[Any, Any, Any], end: float) -> bytes:
@@ -40,7 +46,20 @@ def line(flow: Flow[Any, Any, Any], end: float) -> bytes:
     }
     if flow.inbound.batch is not None:
         entry["batch_id"], entry["custom_id"] = flow.inbound.batch
+    settings = flow.inbound.runtime.config.request_log
+    if settings.capture_content:
+        entry["request"] = redacted(
+            {k: fields[k] for k in CONTENT_FIELDS if k in fields}, settings.redact
+        )
+        entry["response"] = redacted(_answered(flow), settings.redact)
     return orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _answered(flow: Flow[Any, Any, Any]) -> dict[str, Any] | None:
+    if flow.gathered is not None:
+        return {"choices": flow.gathered.choices(), "cut": flow.gathered.cut}
+    choices = answered(flow.answer) if flow.answer is not None else None
+    return None if choices is None else {"choices": choices, "cut": False}
 
 
 def _attempts(rec: RequestRecord) -> list[dict[str, Any]]:

@@ -42,10 +42,11 @@ from gateway.auth import Principal
 from gateway.config import portkey
 from gateway.governance.ledger import ledger
 from gateway.metrics import RequestRecord
+from gateway.observability.content import Gathered
 from gateway.pipeline import logline
 from gateway.pipeline.endpoints import ENDPOINTS, A, Endpoint, K, R
 from gateway.pipeline.exchange import Inbound, Reply
-from gateway.pipeline.flow import Flow, Next, Stage, Stream, compose
+from gateway.pipeline.flow import Flow, Next, Stage, Stream, compose, tapped
 from gateway.pipeline.shapes import envelope
 from gateway.pipeline.sse import StreamResult, pump
 from gateway.ratelimit import Grant
@@ -235,6 +236,28 @@ def _charge(flow: Flow[R, A, K], grant: Grant, principal: Principal) -> None:
         rt.metrics.spend(principal.team or "", rec.model, provider, charged)
 
 
+# ---------------------------------------------------------------- capture
+
+
+def capture(proceed: Next[R, A, K]) -> Next[R, A, K]:
+    """With request_log.capture_content, a stream's text gathered as it is written (a JSON
+    answer is read whole by the request log's line)."""
+
+    async def captured(flow: Flow[R, A, K]) -> None:
+        await proceed(flow)
+        rt = flow.inbound.runtime
+        log = rt.request_log
+        if flow.stream is not None and log is not None and rt.config.request_log.capture_content:
+            flow.gathered = gathered = Gathered()
+            flow.stream = tapped(flow.stream, gathered.seen, _ignored)
+
+    return captured
+
+
+def _ignored(whole: bool) -> None:
+    return None
+
+
 # ---------------------------------------------------------------- write
 
 
@@ -374,7 +397,7 @@ class Pipeline:
     """The stages, chained once per endpoint: a live request's path and a batch line's."""
 
     def __init__(self, extra: Sequence[Stage] = ()) -> None:
-        tail: tuple[Stage, ...] = (write, *extra, attempt)
+        tail: tuple[Stage, ...] = (write, capture, *extra, attempt)
         self.live: tuple[Stage, ...] = (record, authenticate, parse, plan, admit, *tail)
         self.line: tuple[Stage, ...] = (journal, parse, plan, admit, *tail)
 

@@ -16,6 +16,7 @@ import pytest
 from core.errors import ConfigError
 from gateway import config
 from gateway.config import RequestLogConfig
+from gateway.observability import content
 from gateway.reload.handover import successor
 from gateway.runtime import Runtime
 from tests.unit.gateway.pipeline.test_charges import CONFIG, chat, post, serving
@@ -119,6 +120,62 @@ async def test_a_reload_opens_the_file_anew(logged: Logged, tmp_path: Path) -> N
     assert read(path) == b""
 
 
+async def test_captured_content_is_what_was_sent_and_answered_after_redaction(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "requests.log"
+    text = CONFIG + (
+        f'request_log: {{path: "{path}", capture_content: true, '
+        "redact: ['x{10}', 'cheap:[0-9]']}\n"
+    )
+    async with serving(text) as (client, rt, _):
+        body = {"model": "fb", "max_tokens": 5, "n": 2}
+        said = {"role": "user", "content": "mine xxxxxxxxxxxx is secret"}
+        for stream in (False, True):
+            sent = orjson.dumps({**body, "messages": [said], "stream": stream})
+            r = await post(client, "sk-a", sent, "/v1/chat/completions")
+            assert r.status_code == 200
+        json_entry, stream_entry = await lines(rt, path)
+    for entry in (json_entry, stream_entry):
+        assert entry["request"] == {
+            "messages": [{"role": "user", "content": "mine [REDACTED]xx is secret"}]
+        }
+    assert json_entry["response"] == {
+        "choices": [{"index": 0, "content": "[REDACTED]"}, {"index": 1, "content": "[REDACTED]"}],
+        "cut": False,
+    }
+    assert stream_entry["response"] == {
+        "choices": [{"index": 0, "content": "hi"}, {"index": 1, "content": "hi"}],
+        "cut": False,
+    }
+    assert b"sk-a" not in read(path)
+
+
+def test_a_stream_s_text_and_tool_calls_are_gathered_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(content, "MAX_GATHERED", 12)
+    g = content.Gathered()
+    g.seen(
+        [{"choices": [{"index": 0, "text": "Hello"}]}, {"choices": [{"index": 1, "text": "Hi"}]}]
+    )
+    g.seen([{"choices": [{"index": 0, "text": " world, and more"}]}])  # past 12: cut
+    assert g.choices() == [{"index": 0, "content": "Hello"}, {"index": 1, "content": "Hi"}]
+    assert g.cut
+    chat = content.Gathered()
+    call = {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": '{"a"'}}
+    chat.seen([{"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}])
+    more = {"index": 0, "function": {"arguments": ": 1}"}}
+    chat.seen([{"choices": [{"index": 0, "delta": {"tool_calls": [more]}}]}])
+    assert chat.choices() == [
+        {
+            "index": 0,
+            "content": "",
+            "tool_calls": [{"arguments": '{"a": 1}', "id": "call_1", "name": "f"}],
+        }
+    ]
+
+
 def test_the_config_takes_off_stdout_or_a_path() -> None:
     assert config.parse(CONFIG).request_log == RequestLogConfig()
     assert config.parse(CONFIG + "request_log: off\n").request_log == RequestLogConfig()
@@ -132,6 +189,9 @@ def test_the_config_takes_off_stdout_or_a_path() -> None:
         ("request_log: {path: ''}", "request_log.path"),
         ("request_log: {pth: stdout}", "request_log.pth"),
         ("request_log: [stdout]", "request_log"),
+        ("request_log: {path: stdout, redact: ['(']}", "request_log.redact[0]"),
+        ("request_log: {path: stdout, redact: 'x'}", "request_log.redact"),
+        ("request_log: {path: stdout, capture_content: 1}", "request_log.capture_content"),
     ):
         with pytest.raises(ConfigError) as err:
             config.parse(CONFIG + bad + "\n")
