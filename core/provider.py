@@ -67,6 +67,9 @@ class Target:
     # Served for a batch, not a waiting caller: a provider that can tell its work apart (the
     # engine's priority) serves it after live requests.
     background: bool = False
+    # This try's W3C traceparent when its request is traced ("": it is not): an upstream gets it
+    # as a header, the in-process engine as vLLM's trace headers.
+    trace: str = ""
     # How errors name this target: provider and upstream model (made once: read per request).
     label: str = field(init=False, repr=False, compare=False)
 

@@ -173,14 +173,18 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
     "request_log_dropped": (Counter, "gateway_request_log_dropped_lines",
         "Request log lines dropped: its writer was behind (a slow or full disk) or a write "
         "failed.", (), {}),
+    "spans_dropped": (Counter, "gateway_telemetry_dropped_spans",
+        "Trace spans dropped: the exporter was behind, or the collector refused, failed or did "
+        "not answer in time.", (), {}),
 }  # fmt: skip
 
 
 # One try of a request at a target, as the request log and traces tell it: the target's label
 # (provider/model), its outcome ("ok", or the attempt metric's error kind: a status, "timeout",
-# "unreachable", "request_timeout"; "cancelled" when the caller left), how long it took and how
-# long the retry policy waited before it, in seconds.
-AttemptRecord = tuple[str, str, float, float]
+# "unreachable", "request_timeout"; "cancelled" when the caller left), when it began
+# (perf_counter()), how long it took and how long the retry policy waited before it, in
+# seconds, and the traceparent it was sent with ("" when the request is not traced).
+AttemptRecord = tuple[str, str, float, float, float, str]
 
 
 @dataclass(slots=True)
@@ -203,6 +207,7 @@ class RequestRecord:
     attempts: list[AttemptRecord] | None = None  # each try, in order (None: no target tried)
     cost: int | None = None  # what it was charged, in pico-dollars (None: nothing is priced)
     error_code: str | None = None  # the OpenAI error's `code`, when it failed with one
+    trace_id: str = ""  # its trace's id (32 hex digits) when it is traced; "" when not
 
     def tried(self, attempt: AttemptRecord) -> None:
         if self.attempts is None:
@@ -371,6 +376,10 @@ class Metrics:
     def request_log_dropped(self, n: int) -> None:
         if self.enabled:
             self.m["request_log_dropped"].inc(n)
+
+    def spans_dropped(self, n: int) -> None:
+        if self.enabled and n:
+            self.m["spans_dropped"].inc(n)
 
     def skipped(self, provider: str) -> None:
         if self.enabled:

@@ -70,7 +70,7 @@ def _attempts(rec: RequestRecord) -> list[dict[str, Any]]:
             "duration_ms": round(took * 1000, 3),
             "wait_ms": round(wait * 1000, 3),
         }
-        for target, outcome, took, wait in rec.attempts or ()
+        for target, outcome, _, took, wait, _ in rec.attempts or ()
     ]
 
 

@@ -42,6 +42,9 @@ class Call(Protocol):
     @property
     def dropped(self) -> tuple[str, ...]: ...
 
+    @property
+    def target(self) -> Target: ...  # as the try sends it (with its traceparent when traced)
+
 
 C = TypeVar("C", bound=Call)
 T = TypeVar("T")
@@ -216,7 +219,7 @@ class _Tries(Generic[C, T]):
             answer = await until_disconnect(self._bounded(leaf, call), self.receive)
         except GatewayError as err:
             kind = error_kind(err)
-            self._tried(target, kind, began, wait)
+            self._tried(call.target, kind, began, wait)
             metrics.attempt(target.provider, kind)
             if is_failure(err):
                 breaker.failed(time.monotonic())
@@ -224,10 +227,10 @@ class _Tries(Generic[C, T]):
                 breaker.succeeded()  # an answer, if not the one hoped for: the target is alive
             raise
         except BaseException:
-            self._tried(target, "cancelled", began, wait)
+            self._tried(call.target, "cancelled", began, wait)
             breaker.released()
             raise
-        self._tried(target, "ok", began, wait)
+        self._tried(call.target, "ok", began, wait)
         metrics.attempt(target.provider, None)
         breaker.succeeded()
         return answer
@@ -235,7 +238,7 @@ class _Tries(Generic[C, T]):
     def _tried(self, target: Target, outcome: str, began: float, wait: float) -> None:
         took = time.perf_counter() - began
         self.record.upstream_s += took
-        self.record.tried((target.label, outcome, took, wait))
+        self.record.tried((target.label, outcome, began, took, wait, target.trace))
 
     def _bounded(self, leaf: Leaf, call: C) -> Awaitable[T]:
         sent = self._send(call)

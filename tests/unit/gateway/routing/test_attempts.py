@@ -163,16 +163,16 @@ async def test_the_record_tells_each_try_its_outcome_and_the_wait_before_it(
     await setup.run(Group("fallback", (leaf("a"), leaf("b")), "t"))
     tried = setup.record.attempts
     assert tried is not None
-    assert [(label, outcome) for label, outcome, _, _ in tried] == [
+    assert [(label, outcome) for label, outcome, *_ in tried] == [
         ("a/a-model", "503"),
         ("a/a-model", "timeout"),
         ("a/a-model", "503"),
         ("b/b-model", "ok"),
     ]
-    waits = [wait for _, _, _, wait in tried]
+    waits = [wait for _, _, _, _, wait, _ in tried]
     assert waits[0] == 0 and waits[1] > 0 and waits[2] > 0 and waits[3] == 0  # b: no retry
-    assert all(took >= 0 for _, _, took, _ in tried)
-    assert setup.record.upstream_s >= sum(took for _, _, took, _ in tried)
+    assert all(took >= 0 for _, _, _, took, _, _ in tried)
+    assert setup.record.upstream_s >= sum(took for _, _, _, took, _, _ in tried)
 
 
 async def test_fallback_stops_at_an_answer_it_does_not_fall_back_on(setup: Setup) -> None:
@@ -257,4 +257,4 @@ async def test_a_caller_who_leaves_ends_the_tries(setup: Setup) -> None:
         await setup.run(leaf("a"), _leaves)
     assert not setup.board.get("a", "a-model").probing  # a probe it held is let go
     assert setup.record.attempts is not None
-    assert [outcome for _, outcome, _, _ in setup.record.attempts] == ["cancelled"]
+    assert [outcome for _, outcome, *_ in setup.record.attempts] == ["cancelled"]
