@@ -23,6 +23,7 @@ from gateway.governance.store import Accounts, AccountSet
 from gateway.jobs.filestore import FileStore
 from gateway.metrics import Metrics
 from gateway.observability.logfile import LogFile
+from gateway.observability.tracing import Tracing
 from gateway.ratelimit import KeyLimits, Limiter, RuleBook, TeamLimits
 from gateway.routing.attempts import Attempts
 from gateway.routing.circuits import Board
@@ -32,6 +33,19 @@ from providers import registry
 
 # A provider from its config block (the registry's; tests bring their own).
 Build = Callable[[ProviderConfig], Provider]
+
+
+def new_tracing(config: Config, metrics: Metrics) -> Tracing | None:
+    """The config's tracing (None: off); its export child starts with the runtime."""
+    if not config.telemetry.on:
+        return None
+    t = config.telemetry
+    exporter = {
+        "endpoint": t.endpoint,
+        "protocol": t.protocol if t.endpoint else None,
+        "headers": dict(t.headers) or None,
+    }
+    return Tracing(exporter, t.sample_ratio, t.capture_content, metrics.spans_dropped)
 
 
 def build_provider(config: ProviderConfig) -> Provider:
@@ -60,6 +74,8 @@ class Runtime:
     # Its own, opened anew by each runtime (a reload reopens a file logrotate moved): closed
     # once this runtime's requests are over.
     request_log: LogFile | None = None
+    # Kept by a reload that leaves `telemetry` as it was (its export child with it).
+    tracing: Tracing | None = None
 
     @classmethod
     def build(
@@ -74,7 +90,9 @@ class Runtime:
         circuits = Board(config.circuits, metrics.circuit)
         providers = {name: build(block) for name, block in config.providers.items()}
         accounts = Accounts.for_config(config)
-        return cls.assemble(config, providers, limiter, metrics, circuits, accounts)
+        runtime = cls.assemble(config, providers, limiter, metrics, circuits, accounts)
+        runtime.tracing = new_tracing(config, metrics)
+        return runtime
 
     @classmethod
     def assemble(
@@ -113,6 +131,8 @@ class Runtime:
         self.adopt(self.accounts.current)
         await self.limiter.start()
         await asyncio.gather(*(p.start() for p in self.providers.values()))
+        if self.tracing is not None:
+            self.tracing.start()
         self.started = True
 
     async def aclose(self) -> None:
@@ -120,6 +140,8 @@ class Runtime:
         await release(self.providers.values(), self.limiter, self.accounts)
         if self.request_log is not None:
             await self.request_log.aclose()
+        if self.tracing is not None:
+            await self.tracing.aclose()
 
     def adopt(self, accounts: AccountSet) -> None:
         """The runtime keys and teams as they are now: for new requests from here on."""

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -57,6 +58,7 @@ __all__ = [
     "ServerConfig",
     "ServerTimeouts",
     "TeamConfig",
+    "TelemetryConfig",
     "TlsConfig",
     "load",
     "parse",
@@ -65,10 +67,14 @@ __all__ = [
 DEV_KEY = "sk-local-dev"
 TOP_KEYS = (
     "server", "auth", "providers", "models", "configs", "circuit_breaker", "rate_limit", "metrics",
-    "files", "batches", "teams", "request_log",
+    "files", "batches", "teams", "request_log", "telemetry",
 )  # fmt: skip
 LIMIT_BACKENDS = ("memory", "redis")
 MAX_REDACT = 64  # request_log.redact's patterns
+MAX_OTLP_HEADERS = 32
+OTLP_SCHEMES = ("http", "https", "grpc", "grpcs")
+# The variables that name an OTLP endpoint for traces (the SDK's exporters read them).
+OTLP_ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 BACKEND_MODES = ("local", "open", "closed")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -156,6 +162,25 @@ class RequestLogConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TelemetryConfig:
+    """OpenTelemetry traces, exported over OTLP (gateway.observability.tracing). Tracing is on
+    when an endpoint is known: `otlp_endpoint`, else the standard OTEL_EXPORTER_OTLP_(TRACES_)
+    ENDPOINT variables, which the SDK's exporter reads with the others (headers, protocol,
+    timeout, certificates) when the config does not say."""
+
+    endpoint: str | None = None  # the exporter's URL: OTLP/HTTP's /v1/traces, or gRPC's address
+    protocol: str = "http"  # http (OTLP/HTTP, protobuf) or grpc
+    headers: Mapping[str, str] = field(default_factory=dict)
+    sample_ratio: float = 1.0  # of the traces that begin here; a caller's traceparent decides
+    capture_content: bool = False  # prompts and answers on the spans, as GenAI events
+    redact: tuple[re.Pattern[str], ...] = ()  # matches replaced by [REDACTED] in captured text
+
+    @property
+    def on(self) -> bool:
+        return self.endpoint is not None or any(os.environ.get(v) for v in OTLP_ENDPOINT_ENV)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     keys: tuple[KeyConfig, ...]
@@ -170,6 +195,7 @@ class Config:
     teams: Mapping[str, TeamConfig] = field(default_factory=dict)
     admin_keys: tuple[AdminKey, ...] = ()
     request_log: RequestLogConfig = field(default_factory=RequestLogConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     source: str = ""
 
     def has_dev_key(self) -> bool:
@@ -239,6 +265,7 @@ def parse(text: str, source: str = "<config>") -> Config:
         teams=teams,
         admin_keys=accounts.admin_section(auth),
         request_log=_request_log(top.get("request_log", False)),
+        telemetry=_telemetry(top.get("telemetry", {})),
         source=source,
     )
 
@@ -432,12 +459,59 @@ def _request_log(v: Any) -> RequestLogConfig:
     if not where.strip() or len(where) > 4096 or "\0" in where:
         raise ConfigError(f"{path}.path", "expected off, stdout or a file's path")
     capture = boolean(m.get("capture_content", False), f"{path}.capture_content")
+    return RequestLogConfig(where, capture, _redact(m, path))
+
+
+def _redact(m: Mapping[str, Any], path: str) -> tuple[re.Pattern[str], ...]:
     patterns = seq(m.get("redact", []), f"{path}.redact")
     if len(patterns) > MAX_REDACT:
         raise ConfigError(f"{path}.redact", f"at most {MAX_REDACT} patterns")
-    return RequestLogConfig(
-        where, capture, tuple(_pattern(p, f"{path}.redact[{i}]") for i, p in enumerate(patterns))
-    )
+    return tuple(_pattern(p, f"{path}.redact[{i}]") for i, p in enumerate(patterns))
+
+
+def _telemetry(v: Any) -> TelemetryConfig:
+    path = "telemetry"
+    m = mapping(v, path)
+    known(m, path, ("otlp_endpoint", "headers", "sample_ratio", "capture_content", "redact"))
+    endpoint, protocol = _otlp_endpoint(m.get("otlp_endpoint"), f"{path}.otlp_endpoint")
+    headers = mapping(m.get("headers", {}), f"{path}.headers")
+    if len(headers) > MAX_OTLP_HEADERS:
+        raise ConfigError(f"{path}.headers", f"at most {MAX_OTLP_HEADERS} headers")
+    checked = {}
+    for name, value in headers.items():
+        where = f"{path}.headers.{name}"
+        if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}", str(name)):
+            raise ConfigError(where, "not a valid header name")
+        value = text(value, where)
+        if len(value) > 8192 or any(c in value for c in "\r\n\0"):
+            raise ConfigError(where, "a header value of at most 8192 characters, on one line")
+        checked[str(name).lower()] = value
+    ratio = number(m.get("sample_ratio", 1.0), f"{path}.sample_ratio")
+    if not 0.0 <= ratio <= 1.0:
+        raise ConfigError(f"{path}.sample_ratio", "expected a number from 0 to 1")
+    capture = boolean(m.get("capture_content", False), f"{path}.capture_content")
+    return TelemetryConfig(endpoint, protocol, checked, ratio, capture, _redact(m, path))
+
+
+def _otlp_endpoint(v: Any, path: str) -> tuple[str | None, str]:
+    """http(s)://host:port[/path] (OTLP/HTTP: /v1/traces is added to a bare host, as the
+    OTEL_EXPORTER_OTLP_ENDPOINT variable has it), or grpc(s)://host:port (OTLP/gRPC; grpcs:
+    TLS). Absent: the environment's, or tracing off."""
+    if v is None:
+        return None, "http"
+    url = urlsplit(text(v, path))
+    if url.scheme not in OTLP_SCHEMES or not url.hostname or len(str(v)) > 2048:
+        raise ConfigError(path, "expected http(s)://host:port[/path] or grpc(s)://host:port")
+    try:
+        url.port  # noqa: B018 (a port out of range raises)
+    except ValueError:
+        raise ConfigError(path, "the port is not valid") from None
+    if url.scheme.startswith("grpc"):
+        secure = url.scheme == "grpcs"
+        return f"{'https' if secure else 'http'}://{url.netloc}", "grpc"
+    if url.path in ("", "/"):
+        return f"{url.scheme}://{url.netloc}/v1/traces", "http"
+    return url.geturl(), "http"
 
 
 def _pattern(v: Any, path: str) -> re.Pattern[str]:

@@ -25,27 +25,37 @@ FLUSH_S = 0.05  # else this long after its first line
 
 
 class LogFile:
-    """Lines appended to one file (or stdout), in the order they were given."""
+    """Lines appended to one file (or stdout, or a pipe), in the order they were given."""
 
-    def __init__(self, path: str, dropped: Callable[[int], None] = lambda n: None) -> None:
-        """`dropped`: told how many lines a full queue dropped (a metric's counter)."""
+    def __init__(
+        self, path: str, dropped: Callable[[int], None] = lambda n: None, fd: int | None = None
+    ) -> None:
+        """`dropped`: told how many lines (or what they weigh: `write`) were dropped, a metric's
+        counter. `fd`: an open file the log owns (a pipe), instead of opening `path`."""
         self.path = path
         self._dropped = dropped
-        self._fd = 1 if path == STDOUT else _open(path)
+        self._fd = fd if fd is not None else 1 if path == STDOUT else _open(path)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="request-log")
         self._lines: list[bytes] = []
+        self._weight = 0  # what the lines in _lines weigh
         self._queued = 0  # bytes in _lines and in the batch being written
         self._writing: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._failing = False  # the last write failed (warned once until one succeeds)
 
-    def write(self, line: bytes) -> None:
-        """Queues one line (its newline included). Never waits: a full queue drops it."""
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def write(self, line: bytes, weight: int = 1) -> None:
+        """Queues one line (its newline included), which counts as `weight` when dropped (a
+        line of spans: how many). Never waits: a full queue drops it."""
         if self._closed or self._queued + len(line) > MAX_QUEUED_BYTES:
-            self._dropped(1)
+            self._dropped(weight)
             return
         self._lines.append(line)
+        self._weight += weight
         self._queued += len(line)
         if self._writing is None:
             if self._queued >= BATCH_BYTES:
@@ -60,7 +70,7 @@ class LogFile:
             self._timer = None
         if self._writing is not None or not self._lines:
             return
-        count, batch, self._lines = len(self._lines), b"".join(self._lines), []
+        count, batch, self._lines, self._weight = self._weight, b"".join(self._lines), [], 0
         loop = asyncio.get_running_loop()
         self._writing = loop.run_in_executor(self._writer, _write_all, self._fd, batch)
         self._writing.add_done_callback(lambda done: self._written(done, count, len(batch)))

@@ -23,6 +23,7 @@ from gateway.auth import Principal
 from gateway.config.portkey import PortkeyConfig
 from gateway.metrics import RequestRecord
 from gateway.observability.content import Gathered
+from gateway.observability.tracing import Trace
 from gateway.pipeline.endpoints import A, Endpoint, K, R
 from gateway.pipeline.exchange import Inbound, Reply
 from gateway.ratelimit import Grant
@@ -56,6 +57,7 @@ class Flow(Generic[R, A, K]):
     answer: A | None = None  # attempt: a JSON answer
     stream: Stream[K] | None = None  # attempt: a stream's answer
     gathered: Gathered | None = None  # capture: a stream's text, for the request log
+    trace: Trace | None = None  # record (journal): its trace, when it is traced
 
     def __init__(
         self,

@@ -28,6 +28,7 @@ def line(flow: Flow[Any, Any, Any], end: float) -> bytes:
     entry: dict[str, Any] = {
         "time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "request_id": flow.inbound.request_id,
+        "trace_id": rec.trace_id or None,
         "key_id": principal.key_id if principal is not None else None,
         "team": principal.team if principal is not None else None,
         "endpoint": flow.endpoint.name,

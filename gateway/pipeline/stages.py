@@ -23,7 +23,7 @@ either completes or ends with an error event.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
 import orjson
@@ -43,7 +43,8 @@ from gateway.config import portkey
 from gateway.governance.ledger import ledger
 from gateway.metrics import RequestRecord
 from gateway.observability.content import Gathered
-from gateway.pipeline import logline
+from gateway.observability.tracing import Trace, Tracing, span_id
+from gateway.pipeline import logline, spans
 from gateway.pipeline.endpoints import ENDPOINTS, A, Endpoint, K, R
 from gateway.pipeline.exchange import Inbound, Reply
 from gateway.pipeline.flow import Flow, Next, Stage, Stream, compose, tapped
@@ -59,6 +60,7 @@ DROPPED_HEADER = b"x-gateway-dropped-params"
 # header would take the provider's key from the caller.)
 UNSUPPORTED_HEADERS = ("x-portkey-custom-host", "x-portkey-provider")
 CLIENT_GONE = 499  # nginx's "client closed request": the status the metrics give a disconnect
+RATE_LIMIT_EVENT = "gateway.rate_limit"
 
 
 # ---------------------------------------------------------------- record
@@ -72,6 +74,8 @@ def record(proceed: Next[R, A, K]) -> Next[R, A, K]:
         rt, rec, reply = flow.inbound.runtime, flow.record, flow.reply
         rt.metrics.inflight_add(1)
         rt.live += 1
+        if rt.tracing is not None:
+            _traced(flow, rt.tracing, flow.inbound.headers)
         try:
             await proceed(flow)
             rec.status = reply.status
@@ -82,6 +86,8 @@ def record(proceed: Next[R, A, K]) -> Next[R, A, K]:
             rt.live -= 1
             rt.metrics.inflight_add(-1)
             end = time.perf_counter()
+            if flow.trace is not None:
+                _emit(flow, flow.trace, end)
             rt.metrics.observe(rec, end)
             if rt.request_log is not None:
                 rt.request_log.write(logline.line(flow, end))
@@ -89,13 +95,27 @@ def record(proceed: Next[R, A, K]) -> Next[R, A, K]:
     return recorded
 
 
+def _traced(flow: Flow[R, A, K], tracing: Tracing, headers: Mapping[str, str]) -> None:
+    trace = flow.trace = tracing.begin(headers)
+    if trace is not None:
+        flow.record.trace_id = trace.trace_id
+
+
+def _emit(flow: Flow[R, A, K], trace: Trace, end: float) -> None:
+    tracing = flow.inbound.runtime.tracing
+    if tracing is not None:
+        tracing.emit(spans.spans(flow, trace, tracing, end))
+
+
 def journal(proceed: Next[R, A, K]) -> Next[R, A, K]:
     """A batch line's request log line, once it is answered. A line refused by a rate limit is
     not over: the batch runner waits and serves it again."""
 
     async def journaled(flow: Flow[R, A, K]) -> None:
-        rec, reply = flow.record, flow.reply
+        rec, reply, tracing = flow.record, flow.reply, flow.inbound.runtime.tracing
         over = True
+        if tracing is not None:
+            _traced(flow, tracing, {})
         try:
             await proceed(flow)
             rec.status = reply.status
@@ -104,9 +124,11 @@ def journal(proceed: Next[R, A, K]) -> Next[R, A, K]:
             _failed(rec, exc, reply.status)
             raise
         finally:
-            log = flow.inbound.runtime.request_log
+            log, end = flow.inbound.runtime.request_log, time.perf_counter()
+            if over and flow.trace is not None:
+                _emit(flow, flow.trace, end)
             if log is not None and over:
-                log.write(logline.line(flow, time.perf_counter()))
+                log.write(logline.line(flow, end))
 
     return journaled
 
@@ -173,6 +195,8 @@ def plan(proceed: Next[R, A, K]) -> Next[R, A, K]:
         inbound, principal, req = flow.inbound, flow.principal, flow.request
         assert principal is not None and req is not None, "authenticate and parse come first"
         virtual_key = inbound.headers.get("x-portkey-virtual-key")
+        if flow.trace is not None:  # the GenAI operation begins
+            flow.trace.began = time.perf_counter()
         flow.plan = inbound.runtime.router.plan(
             principal, req.model, virtual_key, flow.portkey, endpoint=flow.endpoint.name
         )
@@ -198,7 +222,11 @@ def admit(proceed: Next[R, A, K]) -> Next[R, A, K]:
             top_in, top_out = rt.prices.ceiling(the_plan.targets()) if rt.prices else (0, 0)
             return prompt + output, prompt * top_in + output * top_out
 
-        grant = await rt.limiter.admit(principal.key_id, req.model, rec.model, reserve)
+        trace = flow.trace
+        if trace is None:
+            grant = await rt.limiter.admit(principal.key_id, req.model, rec.model, reserve)
+        else:
+            grant = await _admitted(flow, trace, reserve)
         flow.grant = grant
         reply.add_headers(grant.headers)
         try:
@@ -211,6 +239,26 @@ def admit(proceed: Next[R, A, K]) -> Next[R, A, K]:
             _charge(flow, grant, principal)
 
     return admitted
+
+
+async def _admitted(
+    flow: Flow[R, A, K], trace: Trace, reserve: Callable[[], tuple[int, int]]
+) -> Grant:
+    """Admission, noted on the trace: its decision and how long it took (a Redis round trip)."""
+    rt, principal, req = flow.inbound.runtime, flow.principal, flow.request
+    assert principal is not None and req is not None
+    began = time.perf_counter()
+    try:
+        grant = await rt.limiter.admit(principal.key_id, req.model, flow.record.model, reserve)
+    except GatewayError as exc:
+        took = time.perf_counter() - began
+        trace.event(RATE_LIMIT_EVENT, {"gateway.rate_limit.result": exc.code or "refused",
+                                       "gateway.rate_limit.wait_s": took})  # fmt: skip
+        raise
+    took = time.perf_counter() - began
+    trace.event(RATE_LIMIT_EVENT, {"gateway.rate_limit.result": "allowed",
+                                   "gateway.rate_limit.wait_s": took})  # fmt: skip
+    return grant
 
 
 def _charge(flow: Flow[R, A, K], grant: Grant, principal: Principal) -> None:
@@ -240,16 +288,22 @@ def _charge(flow: Flow[R, A, K], grant: Grant, principal: Principal) -> None:
 
 
 def capture(proceed: Next[R, A, K]) -> Next[R, A, K]:
-    """With request_log.capture_content, a stream's text gathered as it is written (a JSON
-    answer is read whole by the request log's line)."""
+    """A traced stream's finish reasons, and with capture_content (of the request log or the
+    traces) its text, gathered as it is written (a JSON answer is read whole at the end)."""
 
     async def captured(flow: Flow[R, A, K]) -> None:
         await proceed(flow)
-        rt = flow.inbound.runtime
-        log = rt.request_log
-        if flow.stream is not None and log is not None and rt.config.request_log.capture_content:
+        stream = flow.stream
+        if stream is None:
+            return
+        rt, trace = flow.inbound.runtime, flow.trace
+        if trace is not None:  # its finish reasons
+            stream = flow.stream = tapped(stream, trace.seen, _ignored)
+        logged = rt.request_log is not None and rt.config.request_log.capture_content
+        spanned = trace is not None and rt.config.telemetry.capture_content
+        if logged or spanned:
             flow.gathered = gathered = Gathered()
-            flow.stream = tapped(flow.stream, gathered.seen, _ignored)
+            flow.stream = tapped(stream, gathered.seen, _ignored)
 
     return captured
 
@@ -331,6 +385,8 @@ def attempt(proceed: Next[R, A, K]) -> Next[R, A, K]:
             return endpoint.prepare(rt, req, leaf, target)
 
         tries: Prepare[Call[A, K]] = _in_background(prepare) if inbound.background else prepare
+        if flow.trace is not None:
+            tries = _with_traceparent(tries, flow.trace)
         if flow.streams:
             outcome = await rt.attempts.run(the_plan, tries, _first_batch, receive, rec)
             _portkey_headers(flow, outcome.used, outcome.retries)
@@ -384,6 +440,16 @@ def _in_background(prepare: Prepare[Call[A, K]]) -> Prepare[Call[A, K]]:
         return prepare(leaf, replace(target, background=True))
 
     return background
+
+
+def _with_traceparent(prepare: Prepare[Call[A, K]], trace: Trace) -> Prepare[Call[A, K]]:
+    """Each try sent with a traceparent of its own: its span's, the parent of whatever the
+    target records."""
+
+    def traced(leaf: Leaf, target: Target) -> Call[A, K]:
+        return prepare(leaf, replace(target, trace=trace.traceparent(span_id())))
+
+    return traced
 
 
 # ---------------------------------------------------------------- the pipeline

@@ -22,8 +22,9 @@ from core.provider import Provider
 from gateway.config import Config
 from gateway.governance.store import Accounts, storage_settings
 from gateway.observability.logfile import LogFile
+from gateway.observability.tracing import Tracing
 from gateway.ratelimit import Limiter
-from gateway.runtime import Build, Runtime, build_provider, new_limiter, release
+from gateway.runtime import Build, Runtime, build_provider, new_limiter, new_tracing, release
 
 # Read once when the server starts: a reload keeps the running values until a restart.
 PINNED: tuple[tuple[str, Callable[[Config], object]], ...] = (
@@ -52,6 +53,7 @@ class Leftovers:
     limiter: Limiter | None
     accounts: Accounts | None = None
     request_log: LogFile | None = None  # the old runtime's: every runtime opens its own
+    tracing: Tracing | None = None  # the old runtime's, when `telemetry` changed
 
     def __bool__(self) -> bool:
         return (
@@ -59,12 +61,15 @@ class Leftovers:
             or self.limiter is not None
             or self.accounts is not None
             or self.request_log is not None
+            or self.tracing is not None
         )
 
     async def aclose(self) -> None:
         await release(self.providers, self.limiter, self.accounts)
         if self.request_log is not None:
             await self.request_log.aclose()
+        if self.tracing is not None:
+            await self.tracing.aclose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,10 @@ async def successor(old: Runtime, new: Config, build: Build = build_provider) ->
     except BaseException:
         await added.aclose()
         raise
+    keep_tracing = new.telemetry == old.config.telemetry
+    runtime.tracing = old.tracing if keep_tracing else new_tracing(config, old.metrics)
+    if runtime.tracing is not None and not keep_tracing:
+        runtime.tracing.start()
     runtime.adopt(accounts.current)
     accounts.listen(runtime.adopt)
     runtime.started = True
@@ -108,6 +117,7 @@ async def successor(old: Runtime, new: Config, build: Build = build_provider) ->
         None if keep_limiter else old.limiter,
         None if keep_accounts else old.accounts,
         old.request_log,
+        None if keep_tracing else old.tracing,
     )
     return Handover(
         runtime,

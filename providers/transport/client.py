@@ -147,7 +147,8 @@ class UpstreamClient:
         head = end if first_byte is None else min(end, now + first_byte)
         connect_s = target.connect_s or self._connect_s
         try:
-            return await pool.request(method, path, payload or b"", connect_s, head), end
+            extra = b"traceparent: %s\r\n" % target.trace.encode() if target.trace else b""
+            return await pool.request(method, path, payload or b"", connect_s, head, extra), end
         except ResponseTimeout:
             if first_byte is not None and head < end:
                 raise first_byte_timeout(target) from None

@@ -687,14 +687,21 @@ class Pool:
         return None
 
     async def request(
-        self, method: str, path: str, body: bytes, connect_s: float, deadline: float = math.inf
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        connect_s: float,
+        deadline: float = math.inf,
+        extra: bytes = b"",
     ) -> Response:
         """The response to one request (`path`: its target, see `target`), its head in by
         `deadline` (the loop's time), a connection within `connect_s` when a new one is needed;
-        the connection stays the response's until `Response.close()`. Raises HttpClientError
-        subclasses."""
-        head = b"%s %s HTTP/1.1\r\n%scontent-length: %d\r\n\r\n" % (
-            method.encode(), path.encode(), self._fixed, len(body),
+        the connection stays the response's until `Response.close()`. `extra`: this request's
+        own header lines, each ending in CRLF, made by the gateway (never a caller's bytes).
+        Raises HttpClientError subclasses."""
+        head = b"%s %s HTTP/1.1\r\n%s%scontent-length: %d\r\n\r\n" % (
+            method.encode(), path.encode(), self._fixed, extra, len(body),
         )  # fmt: skip
         if not self._slots.take():
             await self._slot(deadline)

@@ -234,7 +234,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         llm = self.engine.llm
         target = prepared.target
         self._check_serves(pooling.TASK, target)
-        work = pooling.embed(llm, prepared.state, self._request_id(), target.label)
+        work = pooling.embed(llm, prepared.state, self._request_id(), target.label, target.trace)
         return await _guarded(work, target, _deadline_s(target))
 
     async def complete(self, prepared: Prepared[EngineCompletion]) -> Completion:
@@ -243,7 +243,13 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         label = prepared.target.label
         try:
             async with asyncio.timeout(_deadline_s(prepared.target)):
-                started = submit.start(llm, prepared.state, self._request_id(), stream=False)
+                started = submit.start(
+                    llm,
+                    prepared.state,
+                    self._request_id(),
+                    stream=False,
+                    trace=prepared.target.trace,
+                )
                 inputs, generators = await started
                 results = await submit.finals(generators)
         except TimeoutError:
@@ -263,7 +269,7 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         plan = prepared.state
         target = prepared.target
         self._check_serves(GENERATE, target)
-        started = submit.start(llm, plan, self._request_id(), stream=True)
+        started = submit.start(llm, plan, self._request_id(), stream=True, trace=target.trace)
         inputs, generators = await _guarded(started, target, target.timeout_s)
         state = output.RequestStream(
             plan.shape,
@@ -298,7 +304,9 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         front = self._front()
         try:
             async with asyncio.timeout(_deadline_s(target)):
-                started = await chat.start(llm, front, plan, self._request_id(), stream=False)
+                started = await chat.start(
+                    llm, front, plan, self._request_id(), stream=False, trace=target.trace
+                )
                 results = await submit.finals([started.outputs])
         except TimeoutError:
             raise _timeout(target) from None
@@ -330,7 +338,9 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         self._check_serves(GENERATE, target, CHAT)
         front = self._front()
         started = await _guarded(
-            chat.start(llm, front, plan, self._request_id(), stream=True), target, target.timeout_s
+            chat.start(llm, front, plan, self._request_id(), stream=True, trace=target.trace),
+            target,
+            target.timeout_s,
         )
         vreq = started.vllm_request
         state = chat_output.ChatStream(

@@ -27,7 +27,7 @@ from core.chat import ChatRequest
 from core.completions import CONTEXT
 from core.errors import InvalidRequest
 from providers.rules import vllm_checks
-from providers.vllm_engine import beams
+from providers.vllm_engine import beams, submit
 from providers.vllm_engine.fanout import Fanout, beam_fanout, fanout, temperature_of
 from providers.vllm_engine.mirostat import EXTRA_ARGS_KEYS
 from providers.vllm_engine.sampling import Generation, build, sampling_kwargs
@@ -339,7 +339,7 @@ class Started:
 
 
 async def start(
-    llm: AsyncLLM, front: ChatFront, plan: EngineChat, rid: str, *, stream: bool
+    llm: AsyncLLM, front: ChatFront, plan: EngineChat, rid: str, *, stream: bool, trace: str = ""
 ) -> Started:
     """Render the chat, fit it in the window and make its engine request (which starts when its
     generator is first iterated)."""
@@ -370,7 +370,9 @@ async def start(
     kwargs["skip_special_tokens"] = vreq.skip_special_tokens
     params = build(kwargs)
     priority = plan.sampling.get("priority", 0)
-    outputs = llm.generate(engine_input, params, rid, priority=priority)
+    outputs = llm.generate(
+        engine_input, params, rid, priority=priority, trace_headers=submit.traced(trace)
+    )
     return Started(vreq, engine_input, conversation, outputs)
 
 

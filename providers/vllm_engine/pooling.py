@@ -69,7 +69,9 @@ def verified(body: Mapping[str, Any], config: ModelConfig) -> PoolingParams:
     return params
 
 
-async def embed(llm: AsyncLLM, plan: EngineEmbedding, rid: str, label: str) -> Embeddings:
+async def embed(
+    llm: AsyncLLM, plan: EngineEmbedding, rid: str, label: str, trace: str = ""
+) -> Embeddings:
     """The canonical answer for one request on a pooling engine."""
     req = plan.request
     params = verified(plan.body, llm.model_config)
@@ -81,7 +83,12 @@ async def embed(llm: AsyncLLM, plan: EngineEmbedding, rid: str, label: str) -> E
     check_lengths([len(i["prompt_token_ids"]) for i in inputs], llm.model_config.max_model_len)
     priority = plan.body.get("priority", 0)
     results = await submit.finals(
-        [llm.encode(inp, params, f"{rid}-{i}", priority=priority) for i, inp in enumerate(inputs)]
+        [
+            llm.encode(
+                inp, params, f"{rid}-{i}", priority=priority, trace_headers=submit.traced(trace)
+            )
+            for i, inp in enumerate(inputs)
+        ]
     )
     return document(results, plan.encoding, label)
 

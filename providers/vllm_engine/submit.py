@@ -65,7 +65,7 @@ def check_request(request: CompletionRequest, max_logprobs: int) -> None:
 
 
 async def start(
-    llm: AsyncLLM, plan: EngineCompletion, rid: str, *, stream: bool
+    llm: AsyncLLM, plan: EngineCompletion, rid: str, *, stream: bool, trace: str = ""
 ) -> tuple[list[Any], list[AsyncGenerator[RequestOutput, None]]]:
     """Render the prompts, fit them in the window and make one engine request per prompt (each
     starts when its generator is first iterated)."""
@@ -91,10 +91,18 @@ async def start(
             params[budget] = build(sampling_kwargs(plan.body, gen))
     priority = plan.body.get("priority", 0)
     generators = [
-        llm.generate(inp, params[budget], f"{rid}-{i}", priority=priority)
+        llm.generate(
+            inp, params[budget], f"{rid}-{i}", priority=priority, trace_headers=traced(trace)
+        )
         for i, (inp, budget) in enumerate(zip(inputs, budgets, strict=True))
     ]
     return inputs, generators
+
+
+def traced(trace: str) -> dict[str, str] | None:
+    """vLLM's trace headers of a try's traceparent: a vLLM started with
+    `otlp_traces_endpoint` records its request's span as the try's child."""
+    return {"traceparent": trace} if trace else None
 
 
 def truncation(body: Mapping[str, Any], room: int) -> int | None:
