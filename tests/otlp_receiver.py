@@ -94,7 +94,9 @@ class Receiver:
             if not self.changed.wait_for(
                 lambda: sum(s.trace_id == trace_id for s in self.spans) >= count, WAIT_S
             ):
-                raise AssertionError(f"trace {trace_id}: fewer than {count} spans came")
+                came = [s.name for s in self.spans if s.trace_id == trace_id]
+                others = sorted({s.name for s in self.spans})
+                raise AssertionError(f"trace {trace_id}: {came} came (of all: {others})")
             return [s for s in self.spans if s.trace_id == trace_id]
 
 

@@ -48,6 +48,9 @@ VLLM_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    # vLLM exports its traces over gRPC unless told (when --otlp-traces-endpoint is given):
+    # the tests' receiver takes OTLP/HTTP
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
 }
 
 

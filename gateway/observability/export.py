@@ -6,8 +6,8 @@ the request's spans. They become the SDK's spans (ReadableSpan) and go to the SD
 exporter (OTLP/HTTP, or gRPC) in batches: MAX_BATCH spans, or what came within DELAY_S of the
 first. Its stdout: the count of spans dropped, a line each time (an export that failed, a line
 that was not spans). While an export is under way the child reads nothing: the serving process
-holds the lines (bounded) and drops what does not fit. The end of its stdin ends it, after a
-last export.
+holds the lines (bounded) and drops what does not fit. It runs at a lower priority than the
+serving process (NICE). The end of its stdin ends it, after a last export.
 
 What the config does not set, the SDK's exporter reads from the standard OTEL_EXPORTER_OTLP_*
 variables; the resource, from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
@@ -34,6 +34,7 @@ SERVICE = "completions-gateway"
 SCOPE = InstrumentationScope("gateway")
 MAX_BATCH = 512
 DELAY_S = 0.5
+NICE = 10
 PROTOCOL_ENV = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 UNSET = Status(StatusCode.UNSET)
@@ -158,6 +159,9 @@ def run(stdin: int, stdout: int) -> None:
 
 
 def main() -> None:
+    # Serving comes first: on a busy machine the export yields the CPU to the serving
+    # processes, falls behind, and what does not fit is dropped and counted.
+    os.nice(NICE)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     # The SDK's exporter logs each failed export; the child says it once per failing spell.
     logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)

@@ -56,11 +56,10 @@ def spans(flow: Flow[Any, Any, Any], trace: Trace, tracing: Tracing, end: float)
     out = [_root(flow, trace, tracing, end), _genai(flow, trace, tracing, genai, began, end)]
     for label, outcome, start, took, wait, sent in rec.attempts or ():
         attempt = sent[36:52] if sent else span_id()
+        provider, _, model = label.partition("/")
         attrs: dict[str, Any] = {
-            "gen_ai.operation.name": rec.operation,
-            "gen_ai.provider.name": label.partition("/")[0],
-            "gen_ai.request.model": label.partition("/")[2],
-            "gateway.target": label,
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
             "gateway.attempt.outcome": outcome,
             "gateway.retry.wait_s": wait,
         }
@@ -88,7 +87,6 @@ def _root(flow: Flow[Any, Any, Any], trace: Trace, tracing: Tracing, end: float)
             "http.request.method": inbound.method,
             "url.path": inbound.path,
             "http.route": inbound.path,
-            "network.protocol.version": "1.1",
         }
         agent = inbound.headers.get("user-agent")
         if agent:

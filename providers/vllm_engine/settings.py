@@ -7,7 +7,9 @@ Keys: `type`; `model` (required: a local model directory, relative paths from th
 directory, or a model id vLLM can load); `engine_args` (optional: vLLM `AsyncEngineArgs` fields,
 checked against vLLM's own list when the engine starts). Defaults for CPU machines that vLLM
 lacks (a bounded KV cache: vLLM's default of 92% of NUMA node 0 fails on small machines) are in
-DEFAULT_ENGINE_ARGS; a configured value always wins.
+DEFAULT_ENGINE_ARGS; a configured value always wins. The statistics vLLM keeps per request are
+off by default (`disable_log_stats`), unless `otlp_traces_endpoint` is set: vLLM's request
+spans are made from them (its `llm_request` span, the child of the gateway's try).
 
 Chat takes the settings `vllm serve` takes as flags (each off by default, as there):
 `tool_call_parser` (`--tool-call-parser`: one of vLLM's tool parsers, e.g. hermes; checked
@@ -100,4 +102,7 @@ def _engine_args(value: Any, path: str) -> Mapping[str, Any]:
             raise ConfigError(where, f"{key!r} is not an engine argument name")
         if key in RESERVED_ENGINE_ARGS:
             raise ConfigError(f"{where}.{key}", "set by the gateway; not configurable here")
-    return MappingProxyType({**DEFAULT_ENGINE_ARGS, **value})
+    defaults = dict(DEFAULT_ENGINE_ARGS)
+    if value.get("otlp_traces_endpoint"):  # vLLM traces a request only with its stats kept
+        defaults["disable_log_stats"] = False
+    return MappingProxyType({**defaults, **value})

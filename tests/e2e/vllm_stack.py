@@ -13,6 +13,9 @@ Every alias has a target on each provider, so a test picks the path with the vir
     tiny-fast   timeout_s 1 (engine timeouts)
     tiny-embed  an embeddings alias on the (generating) engine: refused
 
+The gateway traces every request, and both vLLMs (its engine, the server) are started with an
+OTLP traces endpoint: all send their spans to one receiver (`Stack.traces`).
+
 Both serve chat as `vllm serve --enable-auto-tool-choice --tool-call-parser hermes
 --trust-request-chat-template` does (SERVER_CHAT_FLAGS and the engine's same settings): tool
 calls in the tiny model's hermes format, and a request's own chat_template.
@@ -28,6 +31,7 @@ import openai
 import pytest
 
 from tests.gateway_proc import GatewayProcess
+from tests.otlp_receiver import Receiver, receiving
 from tests.vllm_proc import MODEL_DIR, VLLM_ENV, VllmServer
 
 KEY = "sk-test"
@@ -64,7 +68,7 @@ providers:
     trust_request_chat_template: true
     engine_args:
       {{max_model_len: {window}, dtype: float32, enforce_eager: true, seed: 0,
-       kv_cache_memory_bytes: 268435456}}
+       kv_cache_memory_bytes: 268435456, otlp_traces_endpoint: "{traces}/v1/traces"}}
 models:
   tiny: {{targets: [{{provider: server, model: tiny}}, {{provider: engine}}]}}
   tiny-trunc:
@@ -74,6 +78,7 @@ models:
     targets: [{{provider: server, model: tiny}}, {{provider: engine}}]
     timeout_s: 1
   tiny-embed: {{endpoint: embeddings, targets: [{{provider: engine}}]}}
+telemetry: {{otlp_endpoint: "{traces}"}}
 """
 
 
@@ -81,6 +86,7 @@ models:
 class Stack:
     server: VllmServer
     gateway: GatewayProcess
+    traces: Receiver  # the gateway's, its engine's and the vLLM server's spans
 
     def headers(self, path: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {KEY}", VIRTUAL_KEY: path}
@@ -108,8 +114,14 @@ class Stack:
 @pytest.fixture(scope="session")
 def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("gateway-vllm")
-    with VllmServer(extra=SERVER_CHAT_FLAGS) as server:
+    with (
+        receiving() as traces,
+        VllmServer(
+            extra=(*SERVER_CHAT_FLAGS, "--otlp-traces-endpoint", f"{traces.url}/v1/traces")
+        ) as server,
+    ):
         text = CONFIG.format(
+            traces=traces.url,
             key=KEY,
             metered=METERED_KEY,
             tpm=METERED_TPM,
@@ -119,4 +131,4 @@ def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             parser=TOOL_PARSER,
         )
         with GatewayProcess(text, workdir, env=VLLM_ENV, timeout=ENGINE_READY_TIMEOUT_S) as gw:
-            yield Stack(server, gw)
+            yield Stack(server, gw, traces)
