@@ -12,6 +12,7 @@ the same for any revision of the gateway, so the difference between two revision
     .venv/bin/python bench/callgrind.py --compare /tmp/before     # this tree against a worktree
     .venv/bin/python bench/callgrind.py --endpoint embeddings     # completions, chat, embeddings
     .venv/bin/python bench/callgrind.py --requests 500            # one run, no callgrind
+    .venv/bin/python bench/callgrind.py --extra 'request_log: {path: /dev/null}'  # a config's cost
 
 Beside the trees, the same client and upstream without a gateway between them (`--direct`): the
 floor, taken from each count to give the gateway's own instructions a request.
@@ -97,6 +98,7 @@ EXCHANGES = {
     ),
 }  # fmt: skip
 COUNTS = (200, 1200)  # the two runs' requests
+EXTRA_ENV = "GATEWAY_CALLGRIND_EXTRA"  # --extra, for the runs under callgrind
 COLLECTED = re.compile(r"Collected : (\d+)")
 
 
@@ -122,12 +124,13 @@ class Upstream(asyncio.Protocol):
 
 
 def config(port: int, kind: str) -> str:
+    """The bench's config, and the YAML of --extra (in EXTRA_ENV) after it."""
     return (
         f"auth: {{keys: [{{id: b, key: {KEY}}}]}}\n"
         f"providers: {{up: {{type: openai-compatible, base_url: 'http://{HOST}:{port}/v1'}}}}\n"
         f"models: {{bench-model: {{endpoint: {kind}, "
         "targets: [{provider: up, model: mock-model}]}}\n"
-    )
+    ) + os.environ.get(EXTRA_ENV, "")
 
 
 async def run(requests: int, endpoint: str, direct: bool) -> None:
@@ -191,7 +194,11 @@ def main() -> int:
     parser.add_argument("--compare", type=Path, help="another tree: its count beside this one's")
     parser.add_argument("--endpoint", choices=tuple(EXCHANGES), default="completions")
     parser.add_argument("--direct", action="store_true", help="the client calls the upstream")
+    parser.add_argument(
+        "--extra", default="", help="YAML added to the config (e.g. request_log, telemetry)"
+    )
     args = parser.parse_args()
+    os.environ[EXTRA_ENV] = os.environ.get(EXTRA_ENV) or args.extra
     if args.requests is not None:
         import uvloop
 
