@@ -9,7 +9,8 @@ a request under load.
 
 Names follow OpenTelemetry's GenAI conventions where one exists, `gateway_*` otherwise. Labels
 are bounded config values only: the model alias (virtual-key model ids are `other`), the
-provider name, the status code, stream, the limit's scope and kind. Never a key, a user or an id.
+provider name, the status code, stream, the limit's scope and kind. Never a key, a user or an id
+(an exemplar's trace id, below, is no label: it makes no series).
 
 With `gateway serve --workers N` (N > 1) the CLI sets PROMETHEUS_MULTIPROC_DIR, cleaned at
 start; each worker writes its values there and a scrape of any worker adds them all up.
@@ -23,6 +24,14 @@ tallies are
 flushed on the loop's thread before each render; prometheus_client's values each take their own
 lock, so the render reads them while the loop adds to them (as its own HTTP server's thread
 does).
+
+A scrape whose Accept header lists `application/openmetrics-text` (Prometheus' does) gets the
+OpenMetrics exposition, any other the text format; each format has its own shared renders, so a
+scraper never gets the other's body. The request-duration and time-to-first-token histograms
+carry exemplars in OpenMetrics (the text format has none): a traced request's trace id
+(`trace_id`) on the bucket its value falls in, the latest traced one of each bucket. A tally
+keeps at most one per bucket, and untraced requests cost one branch. prometheus_client keeps no
+exemplars in multiprocess mode (`--workers N`, N > 1): there none are kept.
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.samples import Exemplar
 
 from gateway.governance.money import PICO
 from gateway.routing.circuits import STATE_NAMES
@@ -179,6 +190,43 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
 }  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class Format:
+    """An exposition format: the content type a scrape is answered with, and its renderer."""
+
+    content_type: str
+    generate: Callable[[CollectorRegistry], bytes]
+
+
+TEXT = Format(CONTENT_TYPE_LATEST, generate_latest)
+OPENMETRICS = Format(openmetrics.CONTENT_TYPE_LATEST, openmetrics.generate_latest)
+OPENMETRICS_MEDIA = "application/openmetrics-text"
+
+
+def negotiated(accept: str) -> Format:
+    """OpenMetrics when the Accept header lists it (at any version; not with q=0), else the text
+    format. Other q-values are not weighed, as prometheus_client's own server does not: a
+    scraper that lists OpenMetrics can read it."""
+    for part in accept.split(","):
+        media, *params = (p.strip().lower() for p in part.split(";"))
+        if media == OPENMETRICS_MEDIA and not any(_refused(p) for p in params):
+            return OPENMETRICS
+    return TEXT
+
+
+def _refused(param: str) -> bool:
+    name, _, value = param.partition("=")
+    try:
+        return name.strip() == "q" and float(value) == 0
+    except ValueError:
+        return False
+
+
+# A traced observation, an exemplar: (trace id, value, time.time() when observed).
+Traced = tuple[str, float, float]
+EXEMPLAR_LABEL = "trace_id"
+
+
 # One try of a request at a target, as the request log and traces tell it: the target's label
 # (provider/model), its outcome ("ok", or the attempt metric's error kind: a status, "timeout",
 # "unreachable", "request_timeout"; "cancelled" when the caller left), when it began
@@ -238,10 +286,10 @@ class Metrics:
         self.min_interval_s = min_interval_s
         self.team_labels = team_labels
         self._teams: set[str] = set()  # the teams labelled by id
-        self._next: asyncio.Future[bytes] | None = None  # the render scrapes share
-        self._rendered_at = -math.inf  # monotonic() when the last render began
-        self._text = b""  # what it rendered
+        self._shared = {TEXT: Shared(), OPENMETRICS: Shared()}  # each format's renders
         self.multiprocess_dir = os.environ.get(MULTIPROC_ENV) or None
+        # prometheus_client drops exemplars in multiprocess mode: not even kept, there
+        self._exemplars = self.multiprocess_dir is None
         self.registry = CollectorRegistry()
         if self.multiprocess_dir is None:
             ProcessCollector(registry=self.registry)
@@ -304,6 +352,8 @@ class Metrics:
                     alike.tpot.append(
                         (took - rec.first_token + rec.start) / (rec.completion_tokens - 1)
                     )
+        if rec.trace_id and self._exemplars:
+            _exemplify(alike, rec, took)
         self._flush_due()
 
     def _alike(self, key: Labels) -> Alike:
@@ -343,7 +393,10 @@ class Metrics:
         model, provider, status, streamed, op, error_type = key
         stream = "true" if streamed else "false"
         self._child("requests", model, provider or "none", str(status), stream, op).inc(alike.n)
-        self._child("request_duration", model, stream, op).add(alike.duration)
+        duration = self._child("request_duration", model, stream, op)
+        duration.add(alike.duration)
+        if alike.duration_traced:
+            duration.exemplify(alike.duration_traced)
         if not provider:
             return
         self._child("overhead", model, stream).add(alike.overhead)
@@ -354,7 +407,10 @@ class Metrics:
                 self._child("token_usage", *genai, kind).add(tokens)
                 self._child("tokens", model, provider, kind).inc(sum(tokens))
         if alike.ttft:
-            self._child("ttft", model, provider).add(alike.ttft)
+            ttft = self._child("ttft", model, provider)
+            ttft.add(alike.ttft)
+            if alike.ttft_traced:
+                ttft.exemplify(alike.ttft_traced)
         if alike.tpot:
             self._child("tpot", model, provider).add(alike.tpot)
 
@@ -487,31 +543,34 @@ class Metrics:
 
     # ------------------------------------------------------------ exposition
 
-    def render(self) -> tuple[bytes, str]:
-        """The text now, rendered on the caller's thread."""
+    def render(self, fmt: Format = TEXT) -> tuple[bytes, str]:
+        """The exposition now, rendered on the caller's thread."""
         self._before_render()
-        return self.exposition(), CONTENT_TYPE_LATEST
+        return self.exposition(fmt), fmt.content_type
 
-    async def scrape(self) -> tuple[bytes, str]:
-        """The text of the last render if it began within min_interval_s, else of the render
-        running now, else of a new one."""
-        if self._next is None and time.monotonic() - self._rendered_at < self.min_interval_s:
-            return self._text, CONTENT_TYPE_LATEST
-        if self._next is None:
-            self._next = asyncio.ensure_future(self._render())
+    async def scrape(self, accept: str = "") -> tuple[bytes, str]:
+        """In the format `accept` (a scrape's Accept header) asks for: the text of that format's
+        last render if it began within min_interval_s, else of its render running now, else of
+        a new one."""
+        fmt = negotiated(accept)
+        shared = self._shared[fmt]
+        if shared.next is None and time.monotonic() - shared.rendered_at < self.min_interval_s:
+            return shared.text, fmt.content_type
+        if shared.next is None:
+            shared.next = asyncio.ensure_future(self._render(fmt, shared))
         # shielded: a scraper that leaves does not cancel the others' render
-        return await asyncio.shield(self._next), CONTENT_TYPE_LATEST
+        return await asyncio.shield(shared.next), fmt.content_type
 
-    async def _render(self) -> bytes:
+    async def _render(self, fmt: Format, shared: Shared) -> bytes:
         try:
             began = time.monotonic()
             self._before_render()
-            text = await asyncio.to_thread(self.exposition)
+            text = await asyncio.to_thread(self.exposition, fmt)
             if self.min_interval_s > 0:
-                self._text, self._rendered_at = text, began
+                shared.text, shared.rendered_at = text, began
             return text
         finally:
-            self._next = None
+            shared.next = None
 
     def _before_render(self) -> None:
         """On the loop's thread: what only it may touch, into the registry."""
@@ -520,13 +579,39 @@ class Metrics:
             self._tasks.set(_tasks())
         self.m["renders"].inc()
 
-    def exposition(self) -> bytes:
-        """The text format of every value (any thread): this process's, or every worker's."""
+    def exposition(self, fmt: Format = TEXT) -> bytes:
+        """Every value in `fmt` (any thread): this process's, or every worker's."""
         if self.multiprocess_dir is None:
-            return generate_latest(self.registry)
+            return fmt.generate(self.registry)
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
-        return generate_latest(merged)
+        return fmt.generate(merged)
+
+
+class Shared:
+    """One format's renders, shared by its scrapes: the one running, and the last one's text
+    while min_interval_s keeps it."""
+
+    __slots__ = ("next", "rendered_at", "text")
+
+    def __init__(self) -> None:
+        self.next: asyncio.Future[bytes] | None = None  # the render scrapes share
+        self.rendered_at = -math.inf  # monotonic() when the last render began
+        self.text = b""  # what it rendered
+
+
+def _exemplify(alike: Alike, rec: RequestRecord, took: float) -> None:
+    """A traced request kept as the exemplar of the buckets its duration and time to first
+    token fall in (the bucket found as HistogramHandle finds it), replacing an earlier one."""
+    at = time.time()
+    if alike.duration_traced is None:
+        alike.duration_traced = {}
+    alike.duration_traced[bisect_left(DURATION_BUCKETS, took)] = (rec.trace_id, took, at)
+    if rec.provider and rec.first_token:
+        ttft = rec.first_token - rec.start
+        if alike.ttft_traced is None:
+            alike.ttft_traced = {}
+        alike.ttft_traced[bisect_left(TTFT_BUCKETS, ttft)] = (rec.trace_id, ttft, at)
 
 
 # A request's labels: model, provider ("" if none was reached), status, stream, operation and
@@ -537,7 +622,10 @@ Labels = tuple[str, str, int, bool, str, str]
 class Alike:
     """The tally of requests alike (the same labels) since the registry last had them."""
 
-    __slots__ = ("duration", "n", "overhead", "tokens_in", "tokens_out", "tpot", "ttft", "upstream")
+    __slots__ = (
+        "duration", "duration_traced", "n", "overhead", "tokens_in", "tokens_out", "tpot", "ttft",
+        "ttft_traced", "upstream",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.n = 0
@@ -548,6 +636,9 @@ class Alike:
         self.tokens_out: list[int] = []
         self.ttft: list[float] = []
         self.tpot: list[float] = []
+        # by bucket index, the latest traced observation (None: none was traced)
+        self.duration_traced: dict[int, Traced] | None = None
+        self.ttft_traced: dict[int, Traced] | None = None
 
 
 class CounterHandle:
@@ -586,6 +677,12 @@ class HistogramHandle:
         for i, count in Tally(map(partial(bisect_left, self._bounds), values)).items():
             self._buckets[i].inc(count)
         self._sum.inc(sum(values))
+
+    def exemplify(self, traced: Mapping[int, Traced]) -> None:
+        """Each bucket's traced observation as its exemplar, as prometheus_client's `observe`
+        sets one: the trace id's label, the value, when it was observed."""
+        for i, (trace_id, value, at) in traced.items():
+            self._buckets[i].set_exemplar(Exemplar({EXEMPLAR_LABEL: trace_id}, value, at))
 
 
 HANDLES: dict[type[Any], Callable[[Any], Any]] = {

@@ -5,7 +5,8 @@
 
 Edit the table, not the JSON: `make chart-check` fails when they differ, runs every query
 through promtool, and evaluates each one on a real Prometheus scraping a gateway under traffic.
-Variables: $datasource (Prometheus), $job (the scrape job), $model (aliases; All by default).
+Variables: $datasource (Prometheus), $job (the scrape job), $model (aliases; All by default),
+$traces (the traces' datasource: Tempo; set its plugin type to jaeger for Jaeger).
 New rows go last: a panel's id is its place, and links to a panel (viewPanel=<id>) keep working.
 """
 
@@ -24,6 +25,8 @@ GENAI_MODEL = f'{SEL}, gen_ai_request_model=~"$model"'
 RI = "$__rate_interval"
 RANGE = "$__range"  # the dashboard's time range
 PER_HOUR = "* 3600"  # a rate per second as one per hour: spend reads in dollars an hour
+REQUEST_TIME = "Request time"
+TTFT = "Time to first token (streams)"
 SPEND_BY_TEAM = "Spend by team (USD/h)"
 SPEND_BY_MODEL = "Spend by model (USD/h)"
 STACKED = frozenset([SPEND_BY_TEAM, SPEND_BY_MODEL])  # parts of one total: stacked, they add up
@@ -75,9 +78,9 @@ ROWS: list[tuple[str, list[tuple[str, str, str, int, list[tuple[str, str]]]]]] =
            "{{operation}} stream={{stream}}")]),
     ]),
     ("Latency", [
-        ("Request time", "timeseries", "s", 12,
+        (REQUEST_TIME, "timeseries", "s", 12,
          quantiles("gateway_request_duration_seconds", MODEL)),
-        ("Time to first token (streams)", "timeseries", "s", 12,
+        (TTFT, "timeseries", "s", 12,
          quantiles("gen_ai_server_time_to_first_token_seconds", GENAI_MODEL)),
         ("Time per output token (streams)", "timeseries", "s", 8,
          quantiles("gen_ai_server_time_per_output_token_seconds", GENAI_MODEL, qs=(0.5, 0.95))),
@@ -202,6 +205,33 @@ BARGAUGE_OPTIONS = {
 }  # fmt: skip
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
+# Panels whose histograms carry a traced request's trace id as an exemplar (the gateway's
+# OpenMetrics /metrics): their queries ask for exemplars, and an exemplar links to its trace.
+EXEMPLARS = frozenset([REQUEST_TIME, TTFT])
+# Explore on the $traces datasource, the trace id as its query: Tempo reads it as a TraceQL
+# query (a trace id is one), Jaeger as a trace's lookup. On the exemplars' trace_id field only
+# (an override by name): the series' points have no trace to link to.
+TRACE_PANES = {"trace": {
+    "datasource": "${traces}",
+    "queries": [{"refId": "A", "datasource": {"uid": "${traces}"}, "query": "${__value.raw}"}],
+    "range": {"from": "${__from}", "to": "${__to}"},
+}}  # fmt: skip
+TRACE_LINK = {
+    "title": "Trace ${__value.raw}",
+    "url": "/explore?schemaVersion=1&panes=" + json.dumps(TRACE_PANES, separators=(",", ":")),
+    "targetBlank": True,
+}
+TRACE_OVERRIDE = {
+    "matcher": {"id": "byName", "options": "trace_id"},
+    "properties": [{"id": "links", "value": [TRACE_LINK]}],
+}
+EXEMPLAR_HELP = (
+    "The dots are exemplars: for each bucket, the latest traced request that fell in it, its "
+    "trace id as trace_id. Hover one and follow its trace_id link to the trace in the $traces "
+    "datasource (the dashboard's description says how to make the link the Prometheus "
+    "datasource's own)."
+)
+
 
 def panel(pid: int, title: str, kind: str, unit: str, grid: dict[str, int],
           queries: list[tuple[str, str]]) -> dict[str, Any]:  # fmt: skip
@@ -214,28 +244,37 @@ def panel(pid: int, title: str, kind: str, unit: str, grid: dict[str, int],
     if kind == "bargauge":
         defaults |= BARGAUGE_DEFAULTS
         options |= BARGAUGE_OPTIONS
+    exemplar = title in EXEMPLARS
     # A bar gauge shows each series' latest value: asked as of now, its bars keep the order
     # of the query's answer (sort_desc), which a range query's answer does not have.
     instant = kind == "bargauge"
-    return {
+    out = {
         "id": pid,
         "type": kind,
         "title": title,
         "datasource": DATASOURCE,
         "gridPos": grid,
-        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "fieldConfig": {"defaults": defaults, "overrides": [TRACE_OVERRIDE] if exemplar else []},
         "options": options,
-        "targets": [target(i, expr, legend, instant) for i, (expr, legend) in enumerate(queries)],
-    }
+        "targets": [target(i, expr, legend, instant, exemplar)
+                    for i, (expr, legend) in enumerate(queries)],
+    }  # fmt: skip
+    if exemplar:
+        out["description"] = EXEMPLAR_HELP
+    return out
 
 
-def target(i: int, expr: str, legend: str, instant: bool = False) -> dict[str, Any]:
+def target(
+    i: int, expr: str, legend: str, instant: bool = False, exemplar: bool = False
+) -> dict[str, Any]:
     ref = chr(ord("A") + i)
     out: dict[str, Any] = {
         "refId": ref, "datasource": DATASOURCE, "expr": expr, "legendFormat": legend
     }  # fmt: skip
     if instant:
         out |= {"instant": True, "range": False}
+    if exemplar:
+        out["exemplar"] = True
     return out
 
 
@@ -266,20 +305,44 @@ def variable(name: str, label: str, query: str, **extra: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
+# A datasource variable lists the datasources of one plugin type: Tempo here.
+TRACES_HELP = (
+    "Where the exemplars' trace links open: a Tempo datasource. For Jaeger, edit this "
+    "variable (Dashboard settings, Variables, traces) and set its data source type to Jaeger."
+)
 VARIABLES = [
     {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus"},
+    {
+        "name": "traces",
+        "label": "Traces",
+        "type": "datasource",
+        "query": "tempo",
+        "description": TRACES_HELP,
+    },
     variable("job", "Job", "label_values(gateway_requests_total, job)"),
     variable("model", "Model", 'label_values(gateway_requests_total{job=~"$job"}, model)'),
 ]
+
+
+DESCRIPTION = (
+    "Traffic, latency, tokens, rate limits, upstream health, files and batches, spend and "
+    "budgets of the OpenAI-compatible completions gateway (deploy/grafana/dashboard.py). "
+    "Request time and time to first token show exemplars, each a traced request's trace id "
+    "(trace_id), when Prometheus keeps them (--enable-feature=exemplar-storage; it scrapes "
+    "OpenMetrics, which /metrics serves when asked) and the gateway runs one worker (with "
+    "--workers N > 1, none are kept). Each links to its trace in the Traces variable's "
+    "datasource (Tempo; or Jaeger, see the variable). To have Grafana's own exemplar button "
+    "too, in Explore as well, set on the Prometheus datasource "
+    "jsonData.exemplarTraceIdDestinations: [{name: trace_id, datasourceUid: <the traces "
+    "datasource's uid>}] (or in its settings: Exemplars, Internal link, Label name trace_id)."
+)
 
 
 def dashboard() -> dict[str, Any]:
     return {
         "uid": UID,
         "title": "Completions gateway",
-        "description": "Traffic, latency, tokens, rate limits, upstream health, files and "
-        "batches, spend and budgets of the OpenAI-compatible completions gateway "
-        "(deploy/grafana/dashboard.py).",
+        "description": DESCRIPTION,
         "tags": ["completions-gateway", "llm"],
         "timezone": "browser",
         "schemaVersion": 39,

@@ -43,7 +43,7 @@ _REQUEST_LINE = re.compile(rb"([A-Z]{1,16}) ([^ ]{1,2048}) HTTP/1\.[01]")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header name (RFC 9110's token)
 _JSON = "application/json"
 
-Scrape = Callable[[], Awaitable[tuple[bytes, str]]]
+Scrape = Callable[[str], Awaitable[tuple[bytes, str]]]  # given the Accept header
 Authorize = Callable[[Mapping[str, str]], object]  # raises AuthenticationFailed
 
 
@@ -53,7 +53,8 @@ class HeadTooLarge(GatewayError):
 
 
 class Exporter:
-    """`scrape`: the metrics' text and its content type (gateway.metrics' shared render).
+    """`scrape`: the metrics' text and its content type (gateway.metrics' shared render), in the
+    format the request's Accept header asks for (OpenMetrics or the text format).
     `authorize`: with metrics.require_key, the API's key check on the request's headers."""
 
     def __init__(self, config: MetricsConfig, scrape: Scrape, authorize: Authorize | None) -> None:
@@ -134,7 +135,7 @@ class Exporter:
                 self._authorize(headers)
         except GatewayError as err:
             return _error(err)
-        body, ctype = await self._scrape()
+        body, ctype = await self._scrape(headers.get("accept", ""))
         return _response(200, ctype, body, send_body=method != "HEAD")
 
 

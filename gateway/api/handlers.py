@@ -149,7 +149,7 @@ async def readyz(inbound: Inbound, reply: Reply) -> None:
 
 async def metrics(inbound: Inbound, reply: Reply) -> None:
     """/metrics on the API port, unless it has a listener of its own (gateway.api.exporter); with
-    metrics.require_key, for any configured key."""
+    metrics.require_key, for any configured key. OpenMetrics when the Accept header asks for it."""
     rt = inbound.runtime
     if not rt.metrics.enabled:
         raise NotFound("Metrics are disabled (metrics.enabled: false).")
@@ -157,7 +157,7 @@ async def metrics(inbound: Inbound, reply: Reply) -> None:
         raise NotFound(f"Unknown path {inbound.method} {inbound.path[:200]}.")
     if rt.config.metrics.require_key:
         rt.auth.authenticate(inbound.headers)
-    body, ctype = await rt.metrics.scrape()
+    body, ctype = await rt.metrics.scrape(inbound.headers.get("accept", ""))
     await reply.respond(200, body, [(b"content-type", ctype.encode())])
 
 

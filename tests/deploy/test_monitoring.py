@@ -210,7 +210,30 @@ def test_the_dashboard_layout() -> None:
         if p["type"] != "row":
             assert p["datasource"]["uid"] == "${datasource}" and p["targets"], p["title"]
     names = {v["name"] for v in d["templating"]["list"]}
-    assert names == {"datasource", "job", "model"}
+    assert names == {"datasource", "traces", "job", "model"}
+
+
+def test_the_latency_panels_link_their_exemplars_to_traces() -> None:
+    """The two histograms that carry trace ids ask for exemplars, and an exemplar's trace_id
+    (only: the series' points have no trace) links to Explore on the $traces datasource."""
+    (traces,) = [v for v in dashboard()["templating"]["list"] if v["name"] == "traces"]
+    assert (traces["type"], traces["query"]) == ("datasource", "tempo") and traces["description"]
+    linked = {}
+    for p in row("Latency"):
+        exemplars = [t.get("exemplar", False) for t in p["targets"]]
+        assert len(set(exemplars)) == 1, p["title"]
+        if exemplars[0]:
+            (override,) = p["fieldConfig"]["overrides"]
+            assert override["matcher"] == {"id": "byName", "options": "trace_id"}
+            (links,) = override["properties"]
+            (link,) = links["value"]
+            assert "${traces}" in link["url"] and "${__value.raw}" in link["url"]
+            linked[p["title"]] = {m for t in p["targets"] for m in used(t["expr"]).metrics}
+    assert linked == {
+        "Request time": {"gateway_request_duration_seconds_bucket"},
+        "Time to first token (streams)": {"gen_ai_server_time_to_first_token_seconds_bucket"},
+    }
+    assert "exemplarTraceIdDestinations" in dashboard()["description"]
 
 
 def row(title: str) -> list[dict[str, Any]]:

@@ -21,7 +21,15 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from core.errors import ConfigError
 from gateway.api.app import create_app
 from gateway.config import MetricsConfig, parse
-from gateway.metrics import FLUSH_S, CounterHandle, HistogramHandle, Metrics, RequestRecord
+from gateway.metrics import (
+    FLUSH_S,
+    TEXT,
+    CounterHandle,
+    Format,
+    HistogramHandle,
+    Metrics,
+    RequestRecord,
+)
 
 BOUNDS = (0.01, 0.1, 1.0)
 VALUES = (0.0, 0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 1e9)
@@ -132,11 +140,11 @@ class Held(Metrics):
         self.release = threading.Event()
         self.renders = 0
 
-    def exposition(self) -> bytes:
+    def exposition(self, fmt: Format = TEXT) -> bytes:
         self.renders += 1
         self.started.set()
         assert self.release.wait(10)
-        return super().exposition()
+        return super().exposition(fmt)
 
 
 async def test_scrapes_during_a_render_share_it() -> None:
@@ -188,10 +196,10 @@ async def test_the_loop_answers_while_a_scrape_renders() -> None:
     metrics = app.runtime.metrics
     exposition, started, release = metrics.exposition, threading.Event(), threading.Event()
 
-    def held() -> bytes:
+    def held(fmt: Format = TEXT) -> bytes:
         started.set()
         assert release.wait(10)
-        return exposition()
+        return exposition(fmt)
 
     metrics.exposition = held  # type: ignore[method-assign]
     transport = httpx.ASGITransport(app=app)
