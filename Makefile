@@ -100,6 +100,7 @@ bench: install
 	@./scripts/debs.sh $(BENCH_DEBS)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/limiter.py
+	$(BIN)/python bench/observability.py
 	$(BIN)/python bench/batch.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/engine.py --endpoint chat
