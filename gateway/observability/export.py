@@ -1,13 +1,13 @@
 """The trace exporter: a child process of each serving process (gateway.observability.tracing),
 run as `python -m gateway.observability.export`.
 
-Its stdin: a line of settings (endpoint, protocol, headers), then one JSON line per request,
-the request's spans. They become the SDK's spans (ReadableSpan) and go to the SDK's OTLP
-exporter (OTLP/HTTP, or gRPC) in batches: MAX_BATCH spans, or what came within DELAY_S of the
-first. Its stdout: the count of spans dropped, a line each time (an export that failed, a line
-that was not spans). While an export is under way the child reads nothing: the serving process
-holds the lines (bounded) and drops what does not fit. It runs at a lower priority than the
-serving process (NICE). The end of its stdin ends it, after a last export.
+Its stdin: a line of settings (endpoint, protocol, headers, the clocks' offset), then one JSON
+line per traced request, its record. Each becomes the request's spans (`Spans`), the SDK's
+(ReadableSpan), which go to the SDK's OTLP exporter (OTLP/HTTP, or gRPC) in batches:
+MAX_BATCH spans, or what came within DELAY_S of the first. Its stdout: the count of spans
+dropped, a line each time (an export that failed, a line that was not a record). While an
+export is under way the child reads nothing: the serving process holds the lines (bounded) and
+drops what does not fit. It runs at a lower priority than the serving process (NICE). The end of its stdin ends it, after a last export.
 
 What the config does not set, the SDK's exporter reads from the standard OTEL_EXPORTER_OTLP_*
 variables; the resource, from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
@@ -21,6 +21,7 @@ import select
 import sys
 import time
 from collections.abc import Callable, Sequence
+from random import getrandbits
 from typing import Any
 
 import orjson
@@ -59,29 +60,118 @@ def exporter(settings: dict[str, Any]) -> SpanExporter:
     return OTLPSpanExporter(endpoint=endpoint, headers=headers)
 
 
-def spans(line: bytes, resource: Resource) -> list[ReadableSpan]:
-    """One request's line of spans (gateway.observability.tracing.SpanLine)."""
-    out = []
-    for trace, span, parent, remote, name, kind, start, end, attrs, events, error in orjson.loads(
-        line
-    ):
+# The request's fields the GenAI conventions name, in the order a record holds them
+# (gateway.pipeline.spans.REQUESTED).
+REQUESTED = (
+    "gen_ai.request.max_tokens", "gen_ai.request.max_tokens", "gen_ai.request.temperature",
+    "gen_ai.request.top_p", "gen_ai.request.seed", "gen_ai.request.choice.count",
+)  # fmt: skip
+DETAILS = "gen_ai.client.inference.operation.details"
+
+
+class Spans:
+    """A request's record (gateway.observability.tracing.Record) made into its spans:
+
+    POST /v1/chat/completions      server span (a batch's line: `batch_line`, internal)
+    └─ chat llama-8b               the GenAI span, its events
+       ├─ attempt vllm/llama       one span per try, whose id the try's traceparent sent
+       └─ attempt fireworks/…
+    """
+
+    def __init__(self, resource: Resource, epoch: int) -> None:
+        self.resource = resource
+        self.epoch = epoch  # perf_counter() seconds → Unix ns: epoch + seconds * 1e9
+
+    def ns(self, t: float) -> int:
+        return self.epoch + int(t * 1e9)
+
+    def of(self, line: bytes) -> list[ReadableSpan]:
+        (
+            trace, parent, remote, start, began, end, method, path, status, request_id, agent,
+            portkey, batch, operation, model, provider, upstream, answer_id, reasons, tokens_in,
+            tokens_out, requested, error, code, events, first_token, attempts, content,
+        ) = orjson.loads(line)  # fmt: skip
         trace_id = int(trace, 16)
-        out.append(
-            ReadableSpan(
-                name,
-                context=SpanContext(trace_id, int(span, 16), False, SAMPLED),
-                parent=SpanContext(trace_id, int(parent, 16), remote, SAMPLED) if parent else None,
-                resource=resource,
-                attributes=attrs,
-                events=[Event(n, a, t) for n, t, a in events],
-                kind=SpanKind(kind),
-                status=UNSET if error is None else Status(StatusCode.ERROR, error),
-                start_time=start,
-                end_time=end,
-                instrumentation_scope=SCOPE,
-            )
+        root, genai = _span_id(), _span_id()
+        root_attrs: dict[str, Any] = {"http.response.status_code": status,
+                                      "gateway.request_id": request_id}  # fmt: skip
+        if batch is not None:
+            name, kind = "batch_line", SpanKind.INTERNAL
+            root_attrs["gateway.batch.id"], root_attrs["gateway.batch.custom_id"] = batch
+        else:
+            name, kind = f"{method} {path}", SpanKind.SERVER
+            root_attrs.update({"http.request.method": method, "url.path": path,
+                               "http.route": path})  # fmt: skip
+            _put(root_attrs, "user_agent.original", agent)
+            _put(root_attrs, "portkey.trace_id", portkey)
+        failed = str(status) if status >= 500 else None  # HTTP: only a server error fails it
+        _put(root_attrs, "error.type", failed)
+        out = [self._span(name, trace_id, root, parent and int(parent, 16), remote, kind,
+                          start, end, root_attrs, [], failed)]  # fmt: skip
+        attrs: dict[str, Any] = {"gen_ai.operation.name": operation}
+        _put(attrs, "gen_ai.request.model", model)
+        for attribute, value in zip(REQUESTED, requested or (), strict=False):
+            if type(value) in (int, float):
+                attrs[attribute] = value
+        for attribute, value in (
+            ("gen_ai.provider.name", provider), ("gen_ai.response.model", upstream),
+            ("gen_ai.response.id", answer_id), ("gen_ai.response.finish_reasons", reasons),
+            ("gen_ai.usage.input_tokens", tokens_in), ("gen_ai.usage.output_tokens", tokens_out),
+            ("error.type", code or error),
+        ):  # fmt: skip
+            _put(attrs, attribute, value)
+        marks = [Event(n, a, self.ns(t)) for n, t, a in events]
+        if first_token:
+            marks.append(Event("gen_ai.first_token", {}, self.ns(first_token)))
+        if content is not None:
+            sent, answered = (orjson.dumps(c).decode() for c in content)
+            said = {"gen_ai.input.messages": sent, "gen_ai.output.messages": answered}
+            marks.append(Event(DETAILS, said, self.ns(end)))
+        out.append(self._span(f"{operation} {model or ''}".strip(), trace_id, genai, root, False,
+                              SpanKind.CLIENT, began, end, attrs, marks, error))  # fmt: skip
+        for label, outcome, at, took, wait, sent_with in attempts or ():
+            out.append(self._attempt(trace_id, genai, label, outcome, at, took, wait, sent_with))
+        return out
+
+    def _attempt(
+        self, trace_id: int, genai: int, label: str, outcome: str, at: float, took: float,
+        wait: float, sent_with: str,
+    ) -> ReadableSpan:  # fmt: skip
+        provider, _, model = label.partition("/")
+        attrs = {"gen_ai.provider.name": provider, "gen_ai.request.model": model,
+                 "gateway.attempt.outcome": outcome, "gateway.retry.wait_s": wait}  # fmt: skip
+        failed = None if outcome == "ok" else outcome
+        _put(attrs, "error.type", failed)
+        span = int(sent_with[36:52], 16) if sent_with else _span_id()
+        return self._span(f"attempt {label}", trace_id, span, genai, False, SpanKind.CLIENT,
+                          at, at + took, attrs, [], failed)  # fmt: skip
+
+    def _span(
+        self, name: str, trace_id: int, span: int, parent: int, remote: bool, kind: SpanKind,
+        start: float, end: float, attrs: dict[str, Any], events: list[Event], error: str | None,
+    ) -> ReadableSpan:  # fmt: skip
+        return ReadableSpan(
+            name,
+            context=SpanContext(trace_id, span, False, SAMPLED),
+            parent=SpanContext(trace_id, parent, remote, SAMPLED) if parent else None,
+            resource=self.resource,
+            attributes=attrs,
+            events=events,
+            kind=kind,
+            status=UNSET if error is None else Status(StatusCode.ERROR, error),
+            start_time=self.ns(start),
+            end_time=self.ns(end),
+            instrumentation_scope=SCOPE,
         )
-    return out
+
+
+def _put(attrs: dict[str, Any], name: str, value: Any) -> None:
+    if value is not None:
+        attrs[name] = value
+
+
+def _span_id() -> int:
+    return getrandbits(64) or 1
 
 
 class Batches:
@@ -133,18 +223,19 @@ def run(stdin: int, stdout: int) -> None:
             return
         settings += chunk
     first, _, rest = settings.partition(b"\n")
-    resource = Resource.create({SERVICE_NAME: SERVICE})
+    given = orjson.loads(first)
+    spans = Spans(Resource.create({SERVICE_NAME: SERVICE}), given["epoch"])
 
     def told(n: int) -> None:
         os.write(stdout, b"%d\n" % n)
 
-    batches = Batches(exporter(orjson.loads(first)), told)
+    batches = Batches(exporter(given), told)
     pending = rest
     while True:
         *lines, pending = pending.split(b"\n")
         for line in lines:
             try:
-                batches.add(spans(line, resource))
+                batches.add(spans.of(line))
             except (ValueError, TypeError):
                 told(1)  # not spans (never from the gateway): counted, not exported
         if not select.select([stdin], [], [], batches.due_in())[0]:

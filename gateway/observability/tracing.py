@@ -1,13 +1,13 @@
 """OpenTelemetry traces of the requests (`telemetry`), on the request path's side.
 
-A request's trace costs the serving process as little as can be: ids drawn, times read as it
-goes, and at its end its spans as one JSON line queued for a writer thread (LogFile: bounded,
-what it drops is counted). The spans become the SDK's spans, and are batched and exported by
-the SDK's OTLP exporter, in a child process (gateway.observability.export): the SDK's span
-objects and their protobuf encoding cost about as much CPU as the rest of a request, and in the
-serving process they would hold its interpreter lock. A collector that is down, refuses or hangs
-holds up only the child; the spans it cannot take are dropped there, and the child tells the
-count (gateway_telemetry_dropped_spans_total).
+A request's trace costs the serving process as little as can be: a trace id drawn, a span id
+and traceparent per try, times read as it goes, and at its end its raw values (a `Record`) as
+one JSON line queued for a writer thread (LogFile: bounded, what it drops is counted). The export
+child (gateway.observability.export) makes the spans from them, as the SDK's spans, batched and
+exported by the SDK's OTLP exporter: those objects and their protobuf encoding cost more CPU
+than the rest of a request, and in the serving process they would hold its interpreter lock.
+A collector that is down, refuses or hangs holds up only the child; the spans it cannot take
+are dropped there, and the child tells the count (gateway_telemetry_dropped_spans_total).
 
 Sampling is the SDK's ParentBased(TraceIdRatioBased(sample_ratio)), its rule applied to the ids
 drawn here: a caller's W3C traceparent (read by the SDK's propagator) decides for its trace,
@@ -39,16 +39,12 @@ TRACE_ID_LIMIT = (1 << 64) - 1  # the low 64 bits of a trace id decide its sampl
 EXPORTER = (sys.executable, "-m", "gateway.observability.export")
 CLOSE_S = 5.0  # at close, how long the child may take to export what it holds
 
-# The span kinds of opentelemetry.trace.SpanKind, by value (what a span line carries).
-INTERNAL, SERVER, CLIENT = 0, 1, 2
-
-# A span as the child takes it: trace id, span id, parent span id ("": a root), whether the
-# parent is a caller's, name, kind, start and end (Unix ns), attributes, events (name, Unix ns,
-# attributes), and the error's description (None: no error).
-SpanLine = tuple[
-    str, str, str, bool, str, int, int, int, dict[str, Any],
-    list[tuple[str, int, dict[str, Any]]], str | None,
-]  # fmt: skip
+# A traced request, as the export child takes it (gateway.pipeline.spans writes it, in order;
+# gateway.observability.export reads it): its trace, times (perf_counter() seconds), HTTP
+# exchange, GenAI values, events, tries and content.
+Record = list[Any]
+# Where a record's tries are (their count is what a dropped record weighs, with its two spans).
+ATTEMPTS = 26
 
 
 def span_id() -> str:
@@ -58,13 +54,12 @@ def span_id() -> str:
 class Trace:
     """One traced request: its ids, and what the stages noted on the way."""
 
-    __slots__ = ("began", "events", "parent", "reasons", "remote", "root", "trace_id")
+    __slots__ = ("began", "events", "parent", "reasons", "remote", "trace_id")
 
     def __init__(self, trace_id: str, parent: str, remote: bool) -> None:
         self.trace_id = trace_id
         self.parent = parent  # the caller's span ("": none)
         self.remote = remote
-        self.root = span_id()  # the request's own span (the server span)
         self.began = 0.0  # perf_counter() when the GenAI operation began (the plan stage)
         self.events: list[tuple[str, float, dict[str, Any]]] = []  # on the GenAI span
         self.reasons: dict[int, str] = {}  # a stream's finish reasons, by choice
@@ -101,7 +96,7 @@ class Tracing:
         self._dropped = dropped
         self._bound = TraceIdRatioBased.get_bound_for_rate(sample_ratio)
         self._propagator = TraceContextTextMapPropagator()
-        # perf_counter() seconds → Unix ns (the clocks' offset, read once)
+        # perf_counter() seconds → Unix ns (the clocks' offset, read once: the child's)
         self._epoch = time.time_ns() - int(time.perf_counter() * 1e9)
         self._child: subprocess.Popen[bytes] | None = None
         self._lines: LogFile | None = None
@@ -124,16 +119,13 @@ class Tracing:
             return None
         return Trace(f"{context.trace_id:032x}", f"{context.span_id:016x}", True)
 
-    def ns(self, t: float) -> int:
-        """perf_counter() seconds as Unix nanoseconds."""
-        return self._epoch + int(t * 1e9)
-
-    def emit(self, spans: list[SpanLine]) -> None:
-        """A request's spans, queued for the exporter; never waits (a full queue drops them)."""
+    def emit(self, record: Record) -> None:
+        """A request's record, queued for the exporter; never waits (a full queue drops it)."""
+        weight = 2 + len(record[ATTEMPTS] or ())
         if self._lines is None:
-            self._dropped(len(spans))
+            self._dropped(weight)
             return
-        self._lines.write(orjson.dumps(spans, option=orjson.OPT_APPEND_NEWLINE), len(spans))
+        self._lines.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE), weight)
 
     def start(self) -> None:
         """The export child, given its settings first (the headers may hold a token: never in
@@ -144,7 +136,7 @@ class Tracing:
             EXPORTER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
         )
         assert child.stdin is not None and child.stdout is not None
-        first = dict(self.exporter)
+        first = {**self.exporter, "epoch": self._epoch}
         stdin = os.dup(child.stdin.fileno())
         child.stdin.close()
         self._lines = LogFile("trace exporter", self._dropped, fd=stdin)

@@ -104,7 +104,7 @@ def _traced(flow: Flow[R, A, K], tracing: Tracing, headers: Mapping[str, str]) -
 def _emit(flow: Flow[R, A, K], trace: Trace, end: float) -> None:
     tracing = flow.inbound.runtime.tracing
     if tracing is not None:
-        tracing.emit(spans.spans(flow, trace, tracing, end))
+        tracing.emit(spans.record(flow, trace, tracing, end))
 
 
 def journal(proceed: Next[R, A, K]) -> Next[R, A, K]:
