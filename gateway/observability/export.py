@@ -7,7 +7,8 @@ line per traced request, its record. Each becomes the request's spans (`Spans`),
 MAX_BATCH spans, or what came within DELAY_S of the first. Its stdout: the count of spans
 dropped, a line each time (an export that failed, a line that was not a record). While an
 export is under way the child reads nothing: the serving process holds the lines (bounded) and
-drops what does not fit. It runs at a lower priority than the serving process (NICE). The end of its stdin ends it, after a last export.
+drops what does not fit. It runs at a lower priority than the serving process
+(NICE). The end of its stdin ends it, after a last export.
 
 What the config does not set, the SDK's exporter reads from the standard OTEL_EXPORTER_OTLP_*
 variables; the resource, from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
