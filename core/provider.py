@@ -16,7 +16,7 @@ ready to send, whatever the adapter's state is. `Adapter` does that binding for 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import ClassVar, Generic, Literal, Never, Protocol, TypeVar
 
@@ -75,6 +75,18 @@ class Target:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label", f"{self.provider}/{self.model}")
+
+    def traced(self, trace: str) -> Target:
+        """This target for one try sent with `trace` (made per try: a copy of the checked
+        fields, without `replace`'s new init, in half its time)."""
+        copy = object.__new__(Target)
+        for name in _COPIED:
+            object.__setattr__(copy, name, getattr(self, name))
+        object.__setattr__(copy, "trace", trace)
+        return copy
+
+
+_COPIED = tuple(f.name for f in fields(Target) if f.name != "trace")
 
 
 @dataclass(slots=True)  # built per request: a frozen one takes 4x as long to build

@@ -447,7 +447,7 @@ def _with_traceparent(prepare: Prepare[Call[A, K]], trace: Trace) -> Prepare[Cal
     target records."""
 
     def traced(leaf: Leaf, target: Target) -> Call[A, K]:
-        return prepare(leaf, replace(target, trace=trace.traceparent(span_id())))
+        return prepare(leaf, target.traced(trace.traceparent(span_id())))
 
     return traced
 

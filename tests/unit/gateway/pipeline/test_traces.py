@@ -271,3 +271,14 @@ def test_sampling_is_the_sdks_rule_on_the_ids_drawn() -> None:
                 assert ok == Decision.RECORD_AND_SAMPLE
         began = sum(tracing.begin({}) is not None for _ in range(4000))
         assert abs(began / 4000 - ratio) < 0.05
+
+
+def test_a_traced_target_is_the_target_with_its_trace() -> None:
+    from dataclasses import replace
+
+    from core.provider import Target
+
+    target = Target("a", "p", "m", timeout_s=3.0, defaults={"x": 1}, background=True)
+    traced = target.traced("00-1-2-01")
+    assert traced == replace(target, trace="00-1-2-01") and traced.label == "p/m"
+    assert target.trace == ""
