@@ -223,10 +223,15 @@ def admit(proceed: Next[R, A, K]) -> Next[R, A, K]:
             return prompt + output, prompt * top_in + output * top_out
 
         trace = flow.trace
-        if trace is None:
+        began = time.perf_counter()
+        try:
             grant = await rt.limiter.admit(principal.key_id, req.model, rec.model, reserve)
-        else:
-            grant = await _admitted(flow, trace, reserve)
+        except GatewayError as exc:
+            if trace is not None:
+                _limited(trace, exc.code or "refused", began)
+            raise
+        if trace is not None and grant.ask is not None:  # limits were checked
+            _limited(trace, "allowed", began)
         flow.grant = grant
         reply.add_headers(grant.headers)
         try:
@@ -241,24 +246,11 @@ def admit(proceed: Next[R, A, K]) -> Next[R, A, K]:
     return admitted
 
 
-async def _admitted(
-    flow: Flow[R, A, K], trace: Trace, reserve: Callable[[], tuple[int, int]]
-) -> Grant:
-    """Admission, noted on the trace: its decision and how long it took (a Redis round trip)."""
-    rt, principal, req = flow.inbound.runtime, flow.principal, flow.request
-    assert principal is not None and req is not None
-    began = time.perf_counter()
-    try:
-        grant = await rt.limiter.admit(principal.key_id, req.model, flow.record.model, reserve)
-    except GatewayError as exc:
-        took = time.perf_counter() - began
-        trace.event(RATE_LIMIT_EVENT, {"gateway.rate_limit.result": exc.code or "refused",
-                                       "gateway.rate_limit.wait_s": took})  # fmt: skip
-        raise
+def _limited(trace: Trace, result: str, began: float) -> None:
+    """The limits' decision, on the trace: and how long it took (a Redis round trip)."""
     took = time.perf_counter() - began
-    trace.event(RATE_LIMIT_EVENT, {"gateway.rate_limit.result": "allowed",
+    trace.event(RATE_LIMIT_EVENT, {"gateway.rate_limit.result": result,
                                    "gateway.rate_limit.wait_s": took})  # fmt: skip
-    return grant
 
 
 def _charge(flow: Flow[R, A, K], grant: Grant, principal: Principal) -> None:
