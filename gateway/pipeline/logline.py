@@ -42,8 +42,8 @@ def line(flow: Flow[Any, Any, Any], end: float) -> bytes:
         "attempts": _attempts(rec),
         "usage": _tokens(rec.usage),
         "cost_usd": usd(rec.cost) if rec.cost is not None else None,
-        "latency_ms": round((end - rec.start) * 1000, 3),
-        "ttft_ms": round((rec.first_token - rec.start) * 1000, 3) if rec.first_token else None,
+        "latency_ms": int((end - rec.start) * 1e6) / 1e3,  # ms, to the µs
+        "ttft_ms": int((rec.first_token - rec.start) * 1e6) / 1e3 if rec.first_token else None,
         "user": fields.get("user") if isinstance(fields.get("user"), str) else None,
     }
     if flow.inbound.batch is not None:
@@ -69,8 +69,8 @@ def _attempts(rec: RequestRecord) -> list[dict[str, Any]]:
         {
             "target": target,
             "outcome": outcome,
-            "duration_ms": round(took * 1000, 3),
-            "wait_ms": round(wait * 1000, 3),
+            "duration_ms": int(took * 1e6) / 1e3,
+            "wait_ms": int(wait * 1e6) / 1e3,
         }
         for target, outcome, _, took, wait, _ in rec.attempts or ()
     ]
