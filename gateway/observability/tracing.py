@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.trace import get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from gateway.observability import jsonline
 from gateway.observability.logfile import LogFile
 
 log = logging.getLogger("gateway.observability")
@@ -125,7 +126,7 @@ class Tracing:
         if self._lines is None:
             self._dropped(weight)
             return
-        self._lines.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE), weight)
+        self._lines.write(jsonline.dumps(record, orjson.OPT_APPEND_NEWLINE), weight)
 
     def start(self) -> None:
         """The export child, given its settings first (the headers may hold a token: never in

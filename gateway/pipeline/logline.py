@@ -14,6 +14,7 @@ import orjson
 
 from gateway.governance.money import usd
 from gateway.metrics import RequestRecord
+from gateway.observability import jsonline
 from gateway.observability.content import answered, redacted
 from gateway.pipeline.flow import Flow
 
@@ -54,7 +55,7 @@ def line(flow: Flow[Any, Any, Any], end: float) -> bytes:
             {k: fields[k] for k in CONTENT_FIELDS if k in fields}, settings.redact
         )
         entry["response"] = redacted(_answered(flow), settings.redact)
-    return orjson.dumps(entry, option=LINE)
+    return jsonline.dumps(entry, LINE)
 
 
 def _answered(flow: Flow[Any, Any, Any]) -> dict[str, Any] | None:

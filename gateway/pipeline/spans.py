@@ -18,6 +18,7 @@ from gateway.pipeline.logline import CONTENT_FIELDS
 
 # The request's fields the GenAI conventions name (gateway.observability.export names them).
 REQUESTED = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "n")
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1  # an attribute's integer
 
 
 def record(flow: Flow[Any, Any, Any], trace: Trace, tracing: Tracing, end: float) -> Record:
@@ -47,7 +48,7 @@ def record(flow: Flow[Any, Any, Any], trace: Trace, tracing: Tracing, end: float
         _reasons(flow, trace),
         rec.prompt_tokens,
         rec.completion_tokens,
-        [fields.get(name) for name in REQUESTED] if fields else None,
+        [_number(fields.get(name)) for name in REQUESTED] if fields else None,
         rec.error_type or None,
         rec.error_code,
         trace.events,
@@ -55,6 +56,14 @@ def record(flow: Flow[Any, Any, Any], trace: Trace, tracing: Tracing, end: float
         rec.attempts,
         _content(flow, fields) if tracing.capture_content and req is not None else None,
     ]
+
+
+def _number(value: Any) -> int | float | None:
+    """A requested value as an attribute may hold it: a number (an integer within int64), or
+    none (a refused request's fields are as the caller sent them)."""
+    if type(value) is int:
+        return value if INT64_MIN <= value <= INT64_MAX else None
+    return value if type(value) is float else None
 
 
 def _reasons(flow: Flow[Any, Any, Any], trace: Trace) -> list[str] | None:

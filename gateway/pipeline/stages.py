@@ -22,6 +22,7 @@ either completes or ends with an error event.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -54,6 +55,7 @@ from gateway.ratelimit import Grant
 from gateway.routing.attempts import Prepare
 from gateway.routing.trees import Leaf
 
+log = logging.getLogger("gateway.pipeline")
 DROPPED_HEADER = b"x-gateway-dropped-params"
 # Portkey headers the gateway does not implement: refusing beats ignoring them silently.
 # (A custom host would make the gateway call a host its config does not name; a provider
@@ -86,11 +88,8 @@ def record(proceed: Next[R, A, K]) -> Next[R, A, K]:
             rt.live -= 1
             rt.metrics.inflight_add(-1)
             end = time.perf_counter()
-            if flow.trace is not None:
-                _emit(flow, flow.trace, end)
             rt.metrics.observe(rec, end)
-            if rt.request_log is not None:
-                rt.request_log.write(logline.line(flow, end))
+            _written(flow, end)
 
     return recorded
 
@@ -101,10 +100,22 @@ def _traced(flow: Flow[R, A, K], tracing: Tracing, headers: Mapping[str, str]) -
         flow.record.trace_id = trace.trace_id
 
 
-def _emit(flow: Flow[R, A, K], trace: Trace, end: float) -> None:
-    tracing = flow.inbound.runtime.tracing
-    if tracing is not None:
-        tracing.emit(spans.record(flow, trace, tracing, end))
+def _written(flow: Flow[R, A, K], end: float) -> None:
+    """The request's trace record and request log line. Neither can fail the answer: one that
+    cannot be made is dropped and counted (as a full queue drops it), and why is logged."""
+    rt, trace = flow.inbound.runtime, flow.trace
+    if trace is not None and rt.tracing is not None:
+        try:
+            rt.tracing.emit(spans.record(flow, trace, rt.tracing, end))
+        except Exception:
+            log.exception("request %s: its trace was dropped", flow.inbound.request_id)
+            rt.metrics.spans_dropped(2 + len(flow.record.attempts or ()))
+    if rt.request_log is not None:
+        try:
+            rt.request_log.write(logline.line(flow, end))
+        except Exception:
+            log.exception("request %s: its log line was dropped", flow.inbound.request_id)
+            rt.metrics.request_log_dropped(1)
 
 
 def journal(proceed: Next[R, A, K]) -> Next[R, A, K]:
@@ -124,11 +135,8 @@ def journal(proceed: Next[R, A, K]) -> Next[R, A, K]:
             _failed(rec, exc, reply.status)
             raise
         finally:
-            log, end = flow.inbound.runtime.request_log, time.perf_counter()
-            if over and flow.trace is not None:
-                _emit(flow, flow.trace, end)
-            if log is not None and over:
-                log.write(logline.line(flow, end))
+            if over:
+                _written(flow, time.perf_counter())
 
     return journaled
 

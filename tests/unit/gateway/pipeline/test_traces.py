@@ -6,6 +6,7 @@ with, a caller's traceparent continued, and content only when asked for."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -282,3 +283,20 @@ def test_a_traced_target_is_the_target_with_its_trace() -> None:
     traced = target.traced("00-1-2-01")
     assert traced == replace(target, trace="00-1-2-01") and traced.label == "p/m"
     assert target.trace == ""
+
+
+async def test_a_seed_past_int64_is_traced_without_it() -> None:
+    """A seed no attribute can hold (nor orjson write), which these targets take: the answer
+    stands, and the trace holds no seed."""
+    async with tracing() as (client, rt, receiver, _):
+        body = orjson.loads(chat("gratis")) | {"seed": 2**70}
+        r = await client.post(
+            "/v1/chat/completions",
+            content=json.dumps(body),
+            headers={"authorization": "Bearer sk-a", "content-type": "application/json"},
+        )
+        assert r.status_code == 200, r.text
+        spans = await exported(rt, receiver, 3)
+    genai = by_name(spans)["chat gratis"]
+    assert genai.attributes["gen_ai.request.max_tokens"] == 100
+    assert "gen_ai.request.seed" not in genai.attributes
