@@ -58,10 +58,7 @@ class LogFile:
         self._weight += weight
         self._queued += len(line)
         if self._writing is None:
-            if self._queued >= BATCH_BYTES:
-                self._hand_over()
-            elif self._timer is None:
-                self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self._hand_over)
+            self._queue()
 
     def _hand_over(self) -> None:
         """The queued lines to the writer thread, unless it is busy (it takes them when done)."""
@@ -86,7 +83,15 @@ class LogFile:
                 log.warning("the request log %s cannot be written: %r", self.path, exc)
         self._failing = failed
         if self._lines:
+            self._queue()
+
+    def _queue(self) -> None:
+        """Hands the lines over when they make a batch, else once FLUSH_S has passed: so a fast
+        file (/dev/null) is not handed a few lines at each turn of the loop."""
+        if self._queued >= BATCH_BYTES:
             self._hand_over()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_S, self._hand_over)
 
     async def aclose(self) -> None:
         """Writes what is queued, then closes the file (stdout stays open). Once."""
