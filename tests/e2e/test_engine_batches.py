@@ -32,8 +32,8 @@ ENGINE_ARGS = {
     "kv_cache_memory_bytes": 1 << 26,
     "enable_log_requests": True,  # the priority test waits on its word
 }
-CHILDREN = 64  # the line's sequences (n), each its own request in the engine's queue
-CHILD_TOKENS = 320
+CHILDREN = 16  # the line's sequences (n), each its own request in the engine's queue
+CHILD_TOKENS = 160  # a sequence: about a second; the line: about 16 (a live request: 1 or 2)
 ADDED = "Added request "  # what vLLM logs as the engine takes a request (enable_log_requests)
 SHORT_S = 1  # tiny-short's deadline, shorter than the line takes
 POLL_S = 0.05

@@ -1,7 +1,8 @@
-"""A one-minute soak: mixed faults under concurrency (errors, throttling, slow first bytes,
-dropped and reset connections, streams cut or failing in the middle, callers leaving). Every
-request ends answered or with a clear error, none hangs, and afterwards the gateway holds no
-more connections, file descriptors or tasks than it did before."""
+"""A half-minute soak (`make soak` runs ten minutes): mixed faults under concurrency (errors,
+throttling, slow first bytes, dropped and reset connections, streams cut or failing in the
+middle, callers leaving). Every request ends answered or with a clear error, none hangs, and
+afterwards the gateway holds no more connections, file descriptors or tasks than it did
+before."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from tests.e2e.support import (
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.procs import ScriptedUpstream
 
-SOAK_S = float(os.environ.get("GATEWAY_SOAK_S", "60"))
+SOAK_S = float(os.environ.get("GATEWAY_SOAK_S", "30"))
 WARMUP_S = 3.0
 CONCURRENCY = 16
 CLIENT_TIMEOUT_S = 30.0  # far beyond any wait the config allows: reaching it means a hang
@@ -205,7 +206,7 @@ def settled(gw: GatewayProcess) -> Usage:
 soak_gateway = scripted_gateway(config, "soak_gateway")
 
 
-def test_a_minute_of_mixed_faults(
+def test_half_a_minute_of_mixed_faults(
     soak_gateway: GatewayProcess,
     scripted_openai_server: ScriptedUpstream,
     scripted_fireworks_server: ScriptedUpstream,
