@@ -8,6 +8,7 @@ exported by the SDK's OTLP exporter: those objects and their protobuf encoding c
 than the rest of a request, and in the serving process they would hold its interpreter lock.
 A collector that is down, refuses or hangs holds up only the child; the spans it cannot take
 are dropped there, and the child tells the count (gateway_telemetry_dropped_spans_total).
+A child that dies is started again RESTART_S later; what comes meanwhile is dropped and counted.
 
 Sampling is the SDK's ParentBased(TraceIdRatioBased(sample_ratio)), its rule applied to the ids
 drawn here: a caller's W3C traceparent (read by the SDK's propagator) decides for its trace,
@@ -39,6 +40,7 @@ log = logging.getLogger("gateway.observability")
 TRACE_ID_LIMIT = (1 << 64) - 1  # the low 64 bits of a trace id decide its sampling (the SDK's)
 EXPORTER = (sys.executable, "-m", "gateway.observability.export")
 CLOSE_S = 5.0  # at close, how long the child may take to export what it holds
+RESTART_S = 1.0  # a child that died is started again after this long (never in a tight loop)
 
 # A traced request, as the export child takes it (gateway.pipeline.spans writes it, in order;
 # gateway.observability.export reads it): its trace, times (perf_counter() seconds), HTTP
@@ -102,6 +104,9 @@ class Tracing:
         self._child: subprocess.Popen[bytes] | None = None
         self._lines: LogFile | None = None
         self._reports = b""
+        self._closed = False
+        self._restart: asyncio.TimerHandle | None = None
+        self._ended: set[asyncio.Task[None]] = set()  # a dead child's writer, closing
 
     def begin(self, headers: Mapping[str, str]) -> Trace | None:
         """A request's trace, or None when it is not sampled."""
@@ -131,7 +136,8 @@ class Tracing:
     def start(self) -> None:
         """The export child, given its settings first (the headers may hold a token: never in
         its arguments, which any local user can read)."""
-        if self._child is not None:
+        self._restart = None
+        if self._child is not None or self._closed:
             return
         child = self._child = subprocess.Popen(
             EXPORTER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
@@ -156,9 +162,22 @@ class Tracing:
         if data:
             self._take(data)
             return
-        asyncio.get_running_loop().remove_reader(child.stdout.fileno())
-        if self._lines is not None and not self._lines.closed:
-            log.error("the trace exporter ended (%s): spans are dropped", child.poll())
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(child.stdout.fileno())
+        if self._closed:
+            return
+        log.error("the trace exporter ended (%s): started again in %s s", child.poll(), RESTART_S)
+        child.stdout.close()
+        lines, self._child, self._lines = self._lines, None, None
+        if lines is not None:  # what it held: dropped and counted (a broken pipe)
+            ending = loop.create_task(lines.aclose())
+            self._ended.add(ending)
+            ending.add_done_callback(self._ended.discard)
+        self._restart = loop.call_later(RESTART_S, self.start)
+
+    @property
+    def child_pid(self) -> int | None:
+        return self._child.pid if self._child is not None else None
 
     def _take(self, data: bytes) -> None:
         *lines, self._reports = (self._reports + data).split(b"\n")
@@ -169,6 +188,11 @@ class Tracing:
     async def aclose(self) -> None:
         """What is queued handed to the child, which exports it and ends (killed after
         CLOSE_S: a collector that hangs does not hold up a shutdown)."""
+        self._closed = True
+        if self._restart is not None:
+            self._restart.cancel()
+        for ending in list(self._ended):
+            await ending
         child, lines = self._child, self._lines
         if child is None or lines is None or lines.closed:
             return

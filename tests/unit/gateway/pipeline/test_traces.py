@@ -5,8 +5,11 @@ with, a caller's traceparent continued, and content only when asked for."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -300,3 +303,17 @@ async def test_a_seed_past_int64_is_traced_without_it() -> None:
     genai = by_name(spans)["chat gratis"]
     assert genai.attributes["gen_ai.request.max_tokens"] == 100
     assert "gen_ai.request.seed" not in genai.attributes
+
+
+async def test_an_export_child_that_dies_is_started_again() -> None:
+    async with tracing() as (client, rt, receiver, _):
+        assert rt.tracing is not None and rt.tracing.child_pid is not None
+        first = rt.tracing.child_pid
+        os.kill(first, signal.SIGKILL)
+        async with asyncio.timeout(30):
+            while rt.tracing.child_pid in (None, first):  # noqa: ASYNC110 - a timer restarts it
+                await asyncio.sleep(0.05)
+        r = await post(client, "sk-a", chat("gratis"), "/v1/chat/completions")
+        assert r.status_code == 200
+        spans = await exported(rt, receiver, 3)
+    assert by_name(spans)["chat gratis"].attributes["gen_ai.response.model"]
