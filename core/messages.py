@@ -155,7 +155,8 @@ def messages(v: Any, name: str) -> list[Any]:
     return v
 
 
-def _function(v: Any, name: str) -> None:
+def function_definition(v: Any, name: str) -> None:
+    """A function's name (OpenAI's rules), description, parameters and strict."""
     f = obj(v, name)
     fname = string(_required(f, "name", name), f"{name}.name")
     if (
@@ -179,7 +180,7 @@ def tools(v: Any, name: str) -> list[Any]:
         where = f"{name}[{i}]"
         obj(tool, where)
         choice("function")(_required(tool, "type", where), f"{where}.type")
-        _function(_required(tool, "function", where), f"{where}.function")
+        function_definition(_required(tool, "function", where), f"{where}.function")
     return v
 
 
