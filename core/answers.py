@@ -23,7 +23,7 @@ legacy logprobs, stop strings excluded, usage as OpenAI counts it. The gateway t
 
 from __future__ import annotations
 
-from typing import NotRequired, Required, TypedDict
+from typing import Any, NotRequired, Required, TypedDict
 
 from orjson import Fragment
 
@@ -189,3 +189,45 @@ class ChatChunk(TypedDict):
 
 # What a stream's batches hold, whichever the endpoint.
 StreamChunk = Chunk | ChatChunk
+
+
+# ---------------------------------------------------------------- responses
+
+
+class ResponseAnswer(TypedDict):
+    """A Responses API answer: OpenAI's `response` object but for what the gateway stamps (`id`,
+    `object`, `created_at`, `model`), with its usage in the canonical `Usage` (the rate limits,
+    spend and the request log read it as they read a chat's), rendered as the Responses API's
+    own (`input_tokens`, `output_tokens`, their details) when written."""
+
+    status: str  # completed | incomplete | failed | in_progress (a stream's first events)
+    output: list[dict[str, Any]]  # OpenAI's output items (messages, function calls, reasoning)
+    usage: Usage | None
+    incomplete_details: dict[str, Any] | None  # {"reason": "max_output_tokens" | …}
+    error: dict[str, Any] | None  # {"code", "message"} of a failed response
+    # The request's fields the response object repeats (instructions, temperature, tools, …),
+    # as the target answered them or as the gateway made them from the request.
+    echo: dict[str, Any]
+
+
+class ResponseEvent(TypedDict, total=False):
+    """One event of a Responses stream, as OpenAI names it (`type`), without its
+    `sequence_number` (the gateway numbers the events it writes). An event that carries the
+    response (`response.created`, …, `response.completed`) holds it as a `ResponseAnswer`."""
+
+    type: Required[str]
+    response: ResponseAnswer
+    item: dict[str, Any]
+    part: dict[str, Any]
+    output_index: int
+    content_index: int
+    item_id: str
+    delta: str
+    text: str
+    arguments: str
+    logprobs: list[dict[str, Any]]
+    name: str
+    # A failure's error, as the stream's `error` event says it.
+    code: str | None
+    message: str
+    param: str | None

@@ -18,7 +18,7 @@ import orjson
 from core.checks import IdShape
 from core.errors import InvalidRequest
 
-ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")
+ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/responses")
 WINDOWS = {"24h": 24 * 3600}
 MAX_LINES = 50_000
 MAX_METADATA_KEYS = 16  # OpenAI's: 16 pairs, keys up to 64 characters, values up to 512

@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from core import answers as r
-from core import batches, files
+from core import batches, files, response_items
 from core.chat import CHAT
 from core.chat import CROSS_CHECKS as CHAT_RULES
 from core.completions import COMPLETIONS, RequestLimits
@@ -42,6 +42,7 @@ from core.completions import CROSS_CHECKS as COMPLETION_RULES
 from core.embeddings import EMBEDDINGS
 from core.errors import GatewayError
 from core.fields import Declaration, Field
+from core.responses import RESPONSES
 
 OPENAPI = "3.1.0"
 REF = "#/components/schemas/"
@@ -258,6 +259,7 @@ def answer_schemas() -> dict[str, Schema]:
         "required": ["id", "object", "created", "owned_by"],
     }
     named["ListModelsResponse"] = _list_of({"$ref": REF + "Model"}, paged=False)
+    named.update(response_schemas())
     _refine(
         named,
         "FileObject",
@@ -475,6 +477,47 @@ def _op(op_id: str, summary: str, ok: Schema, security: list[Any], **more: Any) 
     }
 
 
+def response_schemas() -> dict[str, Schema]:
+    """The Responses API's answer and its stream's events (gateway.pipeline.shapes builds the
+    response object, gateway.pipeline.events the events): declared here by hand, their items
+    as OpenAI's (open objects with their `type`)."""
+    item = {"type": "object", "properties": {"type": {"type": "string"}}, "required": ["type"]}
+    nullable_object = {"type": ["object", "null"]}
+    response: Schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "response"},
+            "created_at": {"type": "integer"},
+            "status": {"enum": ["completed", "incomplete", "failed", "in_progress"]},
+            "error": nullable_object,
+            "incomplete_details": nullable_object,
+            "model": {"type": "string"},
+            "output": {"type": "array", "items": item},
+            "usage": {
+                "type": ["object", "null"],
+                "properties": {
+                    key: {"type": "integer"}
+                    for key in ("input_tokens", "output_tokens", "total_tokens")
+                },
+            },
+        },
+        "required": ["id", "object", "created_at", "status", "model", "output"],
+    }
+    event: Schema = {
+        "type": "object",
+        "description": "One event (`event: <type>`): its `type`, its `sequence_number` from 0, "
+        "and the fields of its kind; those that carry the response hold a Response.",
+        "properties": {
+            "type": {"type": "string"},
+            "sequence_number": {"type": "integer", "minimum": 0},
+            "response": {"$ref": REF + "Response"},
+        },
+        "required": ["type", "sequence_number"],
+    }
+    return {"Response": response, "ResponseStreamEvent": event}
+
+
 def _inference(op_id: str, summary: str, request: str, answer: str, chunk: str | None) -> Schema:
     ok = _json(answer)
     if chunk is not None:
@@ -514,6 +557,7 @@ def paths() -> Schema:
         **_inference_paths(),
         **_files_paths(),
         **_batches_paths(),
+        **_stored_responses_paths(),
         **_service_paths(),
         **_admin_paths(),
     }
@@ -565,9 +609,19 @@ EMBEDDINGS_DOC = InferenceDoc(
     "CreateEmbeddingResponse",
     None,
 )
+RESPONSES_DOC = InferenceDoc(
+    "/v1/responses",
+    "createResponse",
+    "Create a model response",
+    RESPONSES,
+    (),
+    _limits("max_tokens"),
+    "Response",
+    "ResponseStreamEvent",
+)
 # The inference endpoints' entries, in the document's order (gateway.pipeline.endpoints: each
 # row names its own).
-INFERENCE = (COMPLETIONS_DOC, CHAT_DOC, EMBEDDINGS_DOC)
+INFERENCE = (COMPLETIONS_DOC, CHAT_DOC, EMBEDDINGS_DOC, RESPONSES_DOC)
 
 
 def _inference_paths() -> Schema:
@@ -699,6 +753,90 @@ def _service_paths() -> Schema:
         "/metrics": {"get": _op("metrics", "Metrics", metrics, [])},
         "/openapi.json": {"get": _op("openapi", "The OpenAPI document", document, [])},
     }
+
+
+# ---------------------------------------------------------------- stored responses
+# The Responses API's stored responses: retrieve, delete, list input items (gateway.api.responses).
+# `POST /v1/responses` is an inference endpoint: its entry is in INFERENCE, not here. The
+# listing's bounds are core.response_items', which the gateway checks too.
+
+
+def stored_responses_schemas() -> dict[str, Schema]:
+    """The stored responses' answers (gateway.jobs.responsestore builds them): declared here
+    by hand. A stored response is the `Response` that `POST /v1/responses` answered."""
+    item = {
+        "type": "object",
+        "description": "An input item as OpenAI lists it: its id (the caller's, or one the "
+        "gateway made), a message's text as content parts, `status` where OpenAI's item has one.",
+        "properties": {"id": {"type": "string"}, "type": {"type": "string"}},
+        "required": ["id", "type"],
+    }
+    return {
+        "ResponseInputItem": item,
+        "ResponseItemList": _list_of({"$ref": REF + "ResponseInputItem"}, paged=True),
+        "DeleteResponseResponse": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"},
+                "object": {"const": "response"},
+                "deleted": {"type": "boolean"},
+            },
+            "required": ["id", "object", "deleted"],
+        },
+    }
+
+
+def _stored_responses_paths() -> Schema:
+    """Each path also without `/v1`, as the gateway serves it."""
+    lo, hi = response_items.LIST_LIMIT
+    response_id = _path_param(
+        "response_id", "A response of the caller's team (of its key, when it has no team)."
+    )
+    include = _query(
+        "include",
+        {"type": "array", "items": {"enum": [*response_items.INCLUDABLE]}},
+        "Accepted (also as `include[]`); nothing more is added to the answer.",
+    )
+    stream = _query(
+        "stream",
+        {"type": "boolean", "const": False, "default": False},
+        "`true` (replaying a background response's events) is refused: a 400 naming `stream`.",
+    )
+    items = [
+        response_id,
+        _query("limit", {"type": "integer", "minimum": lo, "maximum": hi, "default": 20}),
+        _query("order", {"enum": [*response_items.ORDERS], "default": "desc"}),
+        _query("after", {"type": "string"}, "An item id: the page starts after it."),
+        include,
+    ]
+    out: Schema = {}
+    for prefix, suffix in (("/v1", ""), ("", "Unversioned")):
+        out[f"{prefix}/responses/{{response_id}}"] = {
+            "get": _op(
+                "retrieveResponse" + suffix,
+                "A stored response",
+                _json("Response"),
+                KEY,
+                parameters=[response_id, include, stream],
+            ),
+            "delete": _op(
+                "deleteResponse" + suffix,
+                "Delete a stored response",
+                _json("DeleteResponseResponse"),
+                KEY,
+                parameters=[response_id],
+            ),
+        }
+        out[f"{prefix}/responses/{{response_id}}/input_items"] = {
+            "get": _op(
+                "listInputItems" + suffix,
+                "A stored response's input items",
+                _json("ResponseItemList"),
+                KEY,
+                parameters=items,
+            )
+        }
+    return out
 
 
 # ---------------------------------------------------------------- the admin API
@@ -968,6 +1106,7 @@ def build() -> Schema:
         schemas[name]["description"] += " " + doc.limits if doc.limits else ""
     schemas.update(files_schemas())
     schemas.update(batches_schemas())
+    schemas.update(stored_responses_schemas())
     schemas.update(answer_schemas())
     schemas.update(admin_schemas())
     schemas["Error"] = error_schema()

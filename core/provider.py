@@ -20,11 +20,22 @@ from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import ClassVar, Generic, Literal, Never, Protocol, TypeVar
 
-from core.answers import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
+from core.answers import (
+    ChatChunk,
+    ChatCompletion,
+    Chunk,
+    Completion,
+    Embeddings,
+    ResponseAnswer,
+    ResponseEvent,
+)
 from core.chat import ChatRequest
+from core.chat_bridge import chat_request, renamed, response_of
+from core.chat_events import events
 from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
-from core.errors import ConfigError, InvalidRequest
+from core.errors import ConfigError, GatewayError, InvalidRequest
+from core.responses import ResponsesRequest
 
 # What a model does with a field its target cannot serve: a 400, or drop it (and say so).
 Policy = Literal["reject", "drop"]
@@ -120,6 +131,7 @@ class Call(Generic[A, K]):
 CompletionCall = Call[Completion, Chunk]
 ChatCall = Call[ChatCompletion, ChatChunk]
 EmbeddingCall = Call[Embeddings, Never]
+ResponsesCall = Call[ResponseAnswer, ResponseEvent]
 
 
 class Provider(Protocol):
@@ -158,6 +170,11 @@ class Provider(Protocol):
     def embedding(self, request: EmbeddingRequest, target: Target) -> EmbeddingCall:
         """As `completion`; an InvalidRequest naming `model` if the target does not serve
         embeddings."""
+        ...
+
+    def responses(self, request: ResponsesRequest, target: Target) -> ResponsesCall:
+        """As `completion`, for the Responses API (served as a chat where the target speaks
+        chat only)."""
         ...
 
 
@@ -245,6 +262,39 @@ class Adapter(Generic[S, E, H]):
     def embedding(self, request: EmbeddingRequest, target: Target) -> EmbeddingCall:
         prepared = self.prepare_embedding(request, target)
         return Call(target, prepared.dropped, partial(self.embed, prepared))
+
+    def responses(self, request: ResponsesRequest, target: Target) -> ResponsesCall:
+        """A Responses request, served as the chat it means (core.chat_bridge): an adapter
+        whose targets speak the Responses API themselves overrides this."""
+        made = chat_request(request, target.label, target.unsupported_params == "drop")
+        try:
+            call = self.chat(made.chat, target)
+        except GatewayError as exc:
+            raise renamed(exc) from None
+        return bridged(call, request, made.dropped)
+
+
+def bridged(chat: ChatCall, req: ResponsesRequest, dropped: tuple[str, ...]) -> ResponsesCall:
+    """A chat call, answering as the Responses call `req` made: its answer a response, its
+    stream the Responses events (core.chat_events); `dropped`: what the bridge left out,
+    beside what the chat's target did. An error naming a chat field names the Responses one."""
+    stream = chat.stream
+    assert stream is not None, "a chat streams"
+
+    async def complete() -> ResponseAnswer:
+        try:
+            return response_of(await chat.complete(), req)
+        except GatewayError as exc:
+            raise renamed(exc) from None
+
+    async def streamed() -> AsyncIterator[list[ResponseEvent]]:
+        try:
+            async for batch in events(stream(), req):
+                yield batch
+        except GatewayError as exc:
+            raise renamed(exc) from None
+
+    return Call(chat.target, chat.dropped + dropped, complete, streamed, chat.answer_shape)
 
 
 def unserved(target: Target, endpoint: str) -> InvalidRequest:

@@ -69,6 +69,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 OP_TEXT_COMPLETION = "text_completion"
 OP_EMBEDDINGS = "embeddings"
 OP_CHAT = "chat"
+OP_RESPONSES = "responses"
 OTHER_MODEL = "other"
 RELOAD_RESULTS = {True: "ok", False: "error"}
 TASKS_HELP = "asyncio tasks alive in the process (single-worker mode only)."

@@ -1,8 +1,9 @@
 """Everything built from one config, held as one object so a reload can swap it atomically:
 the providers (built from their config blocks through the registry), the key check, the routing
-plans, the rate limiter and the tries' needs (gateway.routing.attempts). The metrics and the circuit
-breakers outlive a runtime: a reload passes them on (gateway.reload), with the rate limiter, the
-store of runtime keys and teams, and the providers whose settings did not change.
+plans, the rate limiter, the tries' needs (gateway.routing.attempts), and the stores of files
+and of stored responses. The metrics and the circuit breakers outlive a runtime: a reload passes
+them on (gateway.reload), with the rate limiter, the store of runtime keys and teams, and the
+providers whose settings did not change.
 
 The keys and teams are the YAML's and the runtime ones (gateway.governance.store): when the
 runtime ones change, the runtime in use takes a new key check and rule book (`adopt`)."""
@@ -21,6 +22,7 @@ from gateway.governance.keeper import Keeper
 from gateway.governance.pricing import PriceBook
 from gateway.governance.store import Accounts, AccountSet
 from gateway.jobs.filestore import FileStore
+from gateway.jobs.responsestore import ResponseStore
 from gateway.metrics import Metrics
 from gateway.observability.logfile import LogFile
 from gateway.observability.tracing import Tracing
@@ -63,6 +65,7 @@ class Runtime:
     circuits: Board
     attempts: Attempts
     files: FileStore
+    responses: ResponseStore  # the Responses API's stored responses, in the files store
     prices: PriceBook
     accounts: Accounts  # the runtime keys and teams: shared with the runtimes around it
     created: int = field(default_factory=lambda: int(time.time()))
@@ -109,10 +112,11 @@ class Runtime:
         auth, router = authenticator(config, accounts.current), Router(config)
         attempts = Attempts(circuits, metrics, router.pick, router.jitter)
         files = FileStore(config.files.store, config.files.max_bytes)
+        responses = ResponseStore(files, config.responses.ttl_days)
         prices = PriceBook({name: p.pricing for name, p in config.providers.items()})
         runtime = cls(
             config, auth, router, dict(providers), limiter, metrics, circuits, attempts, files,
-            prices, accounts,
+            responses, prices, accounts,
         )  # fmt: skip
         circuits.configure(config.circuits, _targets(config))
         if config.request_log.path is not None:  # last: nothing after it can fail

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from starlette.applications import Starlette
 from starlette.datastructures import State
 
-from gateway.api import admin, handlers
+from gateway.api import admin, handlers, responses
 from gateway.api.exporter import Exporter
 from gateway.api.handlers import Route
 from gateway.asgi import Receive, Scope, Send, header_map, watched
@@ -49,6 +49,8 @@ PREFIXED: dict[str, tuple[Handler, tuple[str, ...]]] = {
     handlers.MODEL_PREFIX: (handlers.get_model, GET),
     handlers.FILE_PREFIX: (handlers.file, ("GET", "HEAD", "DELETE")),
     handlers.BATCH_PREFIX: (handlers.batch, ("GET", "HEAD", "POST")),
+    # Stored responses (POST /v1/responses itself is an endpoint's row, in EXACT).
+    **{prefix: (responses.response, ("GET", "HEAD", "DELETE")) for prefix in responses.PREFIXES},
     **{prefix: (admin.handle, methods) for prefix, methods in admin.PREFIXED_PATHS.items()},
 }
 

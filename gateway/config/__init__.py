@@ -55,6 +55,7 @@ __all__ = [
     "ModelConfig",
     "ProviderConfig",
     "RequestLogConfig",
+    "ResponsesConfig",
     "ServerConfig",
     "ServerTimeouts",
     "TeamConfig",
@@ -67,7 +68,7 @@ __all__ = [
 DEV_KEY = "sk-local-dev"
 TOP_KEYS = (
     "server", "auth", "providers", "models", "configs", "circuit_breaker", "rate_limit", "metrics",
-    "files", "batches", "teams", "request_log", "telemetry",
+    "files", "batches", "responses", "teams", "request_log", "telemetry",
 )  # fmt: skip
 LIMIT_BACKENDS = ("memory", "redis")
 MAX_REDACT = 64  # request_log.redact's patterns
@@ -153,6 +154,13 @@ class BatchesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponsesConfig:
+    """The Responses API's stored responses (in the files store: gateway.jobs.responsestore)."""
+
+    ttl_days: int = 30  # a stored response is gone this long after its created_at
+
+
+@dataclass(frozen=True, slots=True)
 class RequestLogConfig:
     """One JSON line per request, written when it ends (gateway.observability)."""
 
@@ -192,6 +200,7 @@ class Config:
     configs: Mapping[str, PortkeyConfig] = field(default_factory=dict)  # x-portkey-config: NAME
     files: FilesConfig = field(default_factory=FilesConfig)
     batches: BatchesConfig = field(default_factory=BatchesConfig)
+    responses: ResponsesConfig = field(default_factory=ResponsesConfig)
     teams: Mapping[str, TeamConfig] = field(default_factory=dict)
     admin_keys: tuple[AdminKey, ...] = ()
     request_log: RequestLogConfig = field(default_factory=RequestLogConfig)
@@ -262,6 +271,7 @@ def parse(text: str, source: str = "<config>") -> Config:
         configs=_configs(mapping(top.get("configs", {}), "configs"), providers),
         files=_files(mapping(top.get("files", {}), "files")),
         batches=_batches(mapping(top.get("batches", {}), "batches")),
+        responses=_responses(mapping(top.get("responses", {}), "responses")),
         teams=teams,
         admin_keys=accounts.admin_section(auth),
         request_log=_request_log(top.get("request_log", False)),
@@ -577,4 +587,12 @@ def _batches(b: Mapping[str, Any]) -> BatchesConfig:
         poll_s=number(b.get("poll_s", d.poll_s), "batches.poll_s"),
         window_s=None if window is None else integer(window, "batches.window_s", 1),
         lease_s=lease,
+    )
+
+
+def _responses(r: Mapping[str, Any]) -> ResponsesConfig:
+    known(r, "responses", ResponsesConfig.__dataclass_fields__)
+    d = ResponsesConfig()
+    return ResponsesConfig(
+        ttl_days=integer(r.get("ttl_days", d.ttl_days), "responses.ttl_days", 1),
     )

@@ -9,11 +9,19 @@ ids' prefix, its batch URL, its metrics operation, its routing name and its Open
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, Never, Protocol, TypeVar
 
-from core.answers import ChatChunk, ChatCompletion, Chunk, Completion, Embeddings
+from core.answers import (
+    ChatChunk,
+    ChatCompletion,
+    Chunk,
+    Completion,
+    Embeddings,
+    ResponseAnswer,
+    ResponseEvent,
+)
 from core.chat import ChatRequest, apply_chat_defaults, apply_chat_overrides, parse_chat
 from core.completions import (
     CompletionRequest,
@@ -29,13 +37,27 @@ from core.embeddings import (
     parse_embedding,
     validate_embedding,
 )
-from core.openapi import CHAT_DOC, COMPLETIONS_DOC, EMBEDDINGS_DOC, InferenceDoc
+from core.openapi import CHAT_DOC, COMPLETIONS_DOC, EMBEDDINGS_DOC, RESPONSES_DOC, InferenceDoc
 from core.provider import AnswerShape, Call, Provider, Target
+from core.responses import (
+    ResponsesRequest,
+    apply_responses_defaults,
+    apply_responses_overrides,
+    parse_responses,
+)
 from core.wire import Json
-from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_TEXT_COMPLETION
-from gateway.pipeline import estimates
-from gateway.pipeline.shapes import chat_document, completion_document
-from gateway.pipeline.sse import CHAT_CHUNK
+from gateway.asgi import Send
+from gateway.auth import Principal
+from gateway.metrics import OP_CHAT, OP_EMBEDDINGS, OP_RESPONSES, OP_TEXT_COMPLETION
+from gateway.pipeline import conversation, estimates
+from gateway.pipeline.events import pump_events
+from gateway.pipeline.shapes import (
+    chat_document,
+    completion_document,
+    pump_chunks,
+    response_document,
+)
+from gateway.pipeline.sse import CHAT_CHUNK, Head, StreamResult
 from gateway.routing import plans
 from gateway.routing.plans import Plan
 from gateway.routing.trees import Leaf
@@ -67,14 +89,33 @@ class Make(Protocol[X]):
     def __call__(self, endpoint: Endpoint[R, A, K], /) -> X: ...
 
 
+# How a stream is written: its first batch, the rest, what every event repeats, and what it
+# delivered (the usage, the first token's time), filled in as it goes.
+Pump = Callable[[Send, list[K], AsyncIterator[list[K]], Head, StreamResult], Awaitable[None]]
+
+
 @dataclass(frozen=True, slots=True)
-class Streaming(Generic[R]):
+class Streaming(Generic[R, K]):
     """How an endpoint streams: whether a request asked to, whether its stream ends with the
-    usage chunk, and its chunks' `object`."""
+    usage chunk, its chunks' `object`, and how it is written."""
 
     wanted: Callable[[R], bool]
     include_usage: Callable[[R], bool]
     chunk_object: str
+    pump: Pump[K] = pump_chunks
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation(Generic[R, A, K]):
+    """An endpoint whose answers the gateway stores and continues from (the Responses API):
+    the request's earlier turns recalled, and its answer kept, when it asked to be."""
+
+    # The request with its earlier turns, from the store (a 404 naming the id it continues).
+    recall: Callable[[Runtime, Principal, R], Awaitable[R]]
+    stored: Callable[[R], bool]  # whether its answer is kept
+    # Its answer kept: the document the caller got.
+    keep: Callable[[Runtime, Principal, R, Mapping[str, object]], Awaitable[None]]
+    final: Callable[[list[K]], A | None]  # a stream's answer, from the batch that ends it
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +134,8 @@ class Endpoint(Generic[R, A, K]):
     # The JSON document of an answer: answer, the caller's model, id, created, its shape.
     document: Callable[[A, str, str, int, AnswerShape], Mapping[str, object]]
     id_prefix: str = ""  # its answers' ids ("" : they have none)
-    streaming: Streaming[R] | None = None  # None: it does not stream
+    streaming: Streaming[R, K] | None = None  # None: it does not stream
+    conversation: Conversation[R, A, K] | None = None  # None: nothing is stored
 
     def made(self, make: Make[X]) -> X:
         return make(self)
@@ -188,10 +230,35 @@ EMBEDDINGS: Endpoint[EmbeddingRequest, Embeddings, Never] = Endpoint(
 )
 
 
+# ---------------------------------------------------------------- responses
+
+
+RESPONSES: Endpoint[ResponsesRequest, ResponseAnswer, ResponseEvent] = Endpoint(
+    name=plans.RESPONSES,
+    paths=("/v1/responses", "/responses"),
+    batch_url="/v1/responses",
+    operation=OP_RESPONSES,
+    doc=RESPONSES_DOC,
+    parse=parse_responses,
+    prepare=_preparer(
+        apply_responses_overrides, apply_responses_defaults, lambda p, r, t: p.responses(r, t)
+    ),
+    reserve=estimates.responses_reservation,
+    document=response_document,
+    id_prefix="resp_",
+    # A response's usage is in its last event, always.
+    streaming=Streaming(lambda r: r.stream, lambda r: True, "response", pump_events),
+    conversation=Conversation(
+        conversation.recall, conversation.stored, conversation.keep, conversation.final
+    ),
+)
+
+
 # The table: every inference endpoint, in the API document's order.
 AnyEndpoint = (
     Endpoint[CompletionRequest, Completion, Chunk]
     | Endpoint[ChatRequest, ChatCompletion, ChatChunk]
     | Endpoint[EmbeddingRequest, Embeddings, Never]
+    | Endpoint[ResponsesRequest, ResponseAnswer, ResponseEvent]
 )
-ENDPOINTS: tuple[AnyEndpoint, ...] = (COMPLETIONS, CHAT, EMBEDDINGS)
+ENDPOINTS: tuple[AnyEndpoint, ...] = (COMPLETIONS, CHAT, EMBEDDINGS, RESPONSES)

@@ -10,9 +10,11 @@ from typing import cast
 import orjson
 
 from core.chat import ChatRequest, apply_chat_defaults, apply_chat_overrides
+from core.chat_bridge import chat_request
 from core.completions import CompletionRequest, apply_overrides
 from core.embeddings import EmbeddingRequest
 from core.provider import Target
+from core.responses import ResponsesRequest, apply_responses_defaults, apply_responses_overrides
 from gateway.routing.plans import Plan
 from gateway.runtime import Runtime
 
@@ -48,6 +50,19 @@ def chat_reservation(rt: Runtime, req: ChatRequest, plan: Plan) -> Reserve:
     counted = rt.providers[target.provider].count_chat_tokens(req)
     prompt = counted if counted is not None else estimate_chat_tokens(req)
     return prompt, (req.max_tokens or UNBOUNDED_RESERVE) * req.n
+
+
+def responses_reservation(rt: Runtime, req: ResponsesRequest, plan: Plan) -> Reserve:
+    """As `chat_reservation`, for the chat the request means (its earlier turns included): a
+    target that speaks Responses itself renders the same conversation."""
+    leaf, target = plan.first()
+    if leaf.overrides:
+        req = apply_responses_overrides(req, leaf.overrides, rt.config.server.limits)
+    req = apply_responses_defaults(req, target.defaults)
+    chat = chat_request(req, target.label, drop=True).chat
+    counted = rt.providers[target.provider].count_chat_tokens(chat)
+    prompt = counted if counted is not None else estimate_chat_tokens(chat)
+    return prompt, req.max_output_tokens or UNBOUNDED_RESERVE
 
 
 def estimate_chat_tokens(req: ChatRequest) -> int:

@@ -14,7 +14,7 @@ tapped one (`tapped`) after `proceed` has filled it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol
 
@@ -53,6 +53,8 @@ class Flow(Generic[R, A, K]):
     plan: Plan | None = None  # plan
     grant: Grant | None = None  # admit
     id: str = ""  # write: the answer's id
+    created: int = 0  # write: the answer's time (Unix seconds)
+    document: Mapping[str, object] | None = None  # keep: a JSON answer's document, as stored
     call: Call[A, K] | None = None  # attempt: what the target that answered was sent
     answer: A | None = None  # attempt: a JSON answer
     stream: Stream[K] | None = None  # attempt: a stream's answer

@@ -13,7 +13,7 @@ not set; a canonical answer's own values win over them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from types import MappingProxyType
 
 import orjson
@@ -24,10 +24,12 @@ from core.answers import (
     ChatCompletion,
     ChatLogprobs,
     Completion,
+    ResponseAnswer,
     Usage,
 )
 from core.provider import AnswerShape
-from gateway.pipeline.sse import CHAT_CHUNK, Envelope
+from gateway.asgi import Send
+from gateway.pipeline.sse import CHAT_CHUNK, Envelope, Head, K, StreamResult, pump
 
 Unset = Mapping[str, None]
 
@@ -106,6 +108,14 @@ def envelope(
     if shape == "vllm":
         return VllmEnvelope(cid, created, model, include_usage, kind)
     return Envelope(cid, created, model, include_usage, kind)
+
+
+def pump_chunks(
+    send: Send, first: list[K], rest: AsyncIterator[list[K]], head: Head, result: StreamResult
+) -> Awaitable[None]:
+    """A completions or chat stream written: its chunks in the envelope of its shape."""
+    env = envelope(head.id, head.created, head.model, head.include_usage, head.kind, head.shape)
+    return pump(send, first, rest, env, head.include_usage, result)
 
 
 class VllmEnvelope(Envelope):
@@ -201,3 +211,41 @@ def _chat_delta(choice: Mapping[str, object]) -> Mapping[str, object]:
     out = _filled(CHAT_DELTA if delta["finish_reason"] is None else CHAT_LAST_DELTA, choice)
     out["logprobs"] = _chat_logprobs(delta["logprobs"])
     return out
+
+
+# ---------------------------------------------------------------- responses
+
+
+def response_document(
+    out: ResponseAnswer, model: str, rid: str, created: int, shape: AnswerShape
+) -> dict[str, object]:
+    """A response object as OpenAI writes it: the gateway's id, time and the caller's model,
+    then what the target answered, its usage in the Responses API's words."""
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": created,
+        "status": out["status"],
+        "error": out["error"],
+        "incomplete_details": out["incomplete_details"],
+        **out["echo"],
+        "model": model,
+        "output": out["output"],
+        "usage": response_usage(out["usage"]),
+    }
+
+
+def response_usage(usage: Usage | None) -> dict[str, object] | None:
+    """The canonical usage in the Responses API's words (cached and reasoning tokens 0 where
+    the target did not count them)."""
+    if usage is None:
+        return None
+    prompt = usage.get("prompt_tokens_details") or {}
+    completion = usage.get("completion_tokens_details") or {}
+    return {
+        "input_tokens": usage["prompt_tokens"],
+        "input_tokens_details": {"cached_tokens": prompt.get("cached_tokens") or 0},
+        "output_tokens": usage["completion_tokens"],
+        "output_tokens_details": {"reasoning_tokens": completion.get("reasoning_tokens") or 0},
+        "total_tokens": usage["total_tokens"],
+    }

@@ -11,18 +11,31 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TypeVar, cast
+from typing import NamedTuple, TypeVar, cast
 
 import orjson
 
 from core.answers import Usage
 from core.errors import GatewayError, error_event, internal
+from core.provider import AnswerShape
 from gateway.asgi import Send
 
 DONE_EVENT = b"data: [DONE]\n\n"
 CHAT_CHUNK = "chat.completion.chunk"  # a chat stream's chunks' `object`
 log = logging.getLogger("gateway.sse")
 K = TypeVar("K", bound=Mapping[str, object])  # a stream's chunks (completions', chat's)
+
+
+class Head(NamedTuple):
+    """What every event of one stream repeats: the answer's id, time and model (the caller's
+    alias), whether the caller asked for the usage, its chunks' `object`, and its shape."""
+
+    id: str
+    created: int
+    model: str
+    include_usage: bool
+    kind: str
+    shape: AnswerShape
 
 
 class Envelope:

@@ -3,10 +3,13 @@
     record        the request's metrics record: in flight while it runs, observed at its end
     authenticate  the caller's key; Portkey headers the gateway does not implement refused
     parse         the body read (bounded), its x-portkey-config, the endpoint's request
+    recall        (an endpoint that stores answers: the Responses API) the earlier turns of
+                  the conversation the request continues, from the store
     plan          the routing plan: the alias's tree, or a Portkey config's, for this caller
     admit         the rate limits' admission (its headers on every answer); after the rest,
                   the reservation settled to what was used
     write         the answer written: JSON, or SSE as the stream's batches come
+    keep          (the same endpoints) the answer stored, when the request asked for it
     [extra]       stages added for every endpoint (create_app's `stages`): after admission,
                   around the attempts; they see the JSON answer or tap the stream
     attempt       the plan's tries (gateway.routing.attempts): retries, fallback, breakers;
@@ -49,8 +52,7 @@ from gateway.pipeline import logline, spans
 from gateway.pipeline.endpoints import ENDPOINTS, A, Endpoint, K, R
 from gateway.pipeline.exchange import Inbound, Reply
 from gateway.pipeline.flow import Flow, Next, Stage, Stream, compose, tapped
-from gateway.pipeline.shapes import envelope
-from gateway.pipeline.sse import StreamResult, pump
+from gateway.pipeline.sse import Head, StreamResult
 from gateway.ratelimit import Grant
 from gateway.routing.attempts import Prepare
 from gateway.routing.trees import Leaf
@@ -213,6 +215,74 @@ def plan(proceed: Next[R, A, K]) -> Next[R, A, K]:
     return planned
 
 
+# ---------------------------------------------------------------- recall and keep
+
+
+def recall(proceed: Next[R, A, K]) -> Next[R, A, K]:
+    """An endpoint that continues stored answers (the Responses API): the request's earlier
+    turns, from the store, before anything is reserved for it."""
+
+    async def recalled(flow: Flow[R, A, K]) -> None:
+        conversation, principal, req = flow.endpoint.conversation, flow.principal, flow.request
+        assert conversation is not None and principal is not None and req is not None
+        flow.request = await conversation.recall(flow.inbound.runtime, principal, req)
+        await proceed(flow)
+
+    return recalled
+
+
+def keep(proceed: Next[R, A, K]) -> Next[R, A, K]:
+    """Its answer stored when the request asked for it: a JSON answer before it is written (a
+    caller who reads it back finds it), a stream once its last event is out and before the
+    stream's end (an answer whose caller left is not kept)."""
+
+    async def kept(flow: Flow[R, A, K]) -> None:
+        await proceed(flow)
+        conversation, req, call = flow.endpoint.conversation, flow.request, flow.call
+        assert conversation is not None and req is not None and call is not None
+        if not conversation.stored(req):
+            return
+        if flow.stream is None:
+            assert flow.answer is not None
+            flow.document = flow.endpoint.document(
+                flow.answer, req.model, flow.id, flow.created, call.answer_shape
+            )
+            await _stored(flow, flow.document)
+            return
+        stream = flow.stream
+        flow.stream = Stream(stream.first, _kept(flow, stream.rest))
+
+    return kept
+
+
+async def _kept(flow: Flow[R, A, K], rest: AsyncIterator[list[K]]) -> AsyncIterator[list[K]]:
+    conversation, req, call = flow.endpoint.conversation, flow.request, flow.call
+    assert conversation is not None and req is not None and call is not None
+    last: A | None = None
+    try:
+        async for batch in rest:
+            last = conversation.final(batch) or last
+            yield batch
+    finally:
+        aclose = getattr(rest, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    if last is not None:
+        doc = flow.endpoint.document(last, req.model, flow.id, flow.created, call.answer_shape)
+        await _stored(flow, doc)
+
+
+async def _stored(flow: Flow[R, A, K], doc: Mapping[str, object]) -> None:
+    """The answer kept; a store that fails costs the caller the stored copy, not the answer
+    (reading it back is a 404), and is logged."""
+    conversation, principal, req = flow.endpoint.conversation, flow.principal, flow.request
+    assert conversation is not None and principal is not None and req is not None
+    try:
+        await conversation.keep(flow.inbound.runtime, principal, req, doc)
+    except Exception:
+        log.exception("request %s: its answer was not stored", flow.inbound.request_id)
+
+
 # ---------------------------------------------------------------- admit (and settle)
 
 
@@ -323,6 +393,7 @@ def write(proceed: Next[R, A, K]) -> Next[R, A, K]:
         endpoint = flow.endpoint
         if endpoint.id_prefix:
             flow.id = endpoint.id_prefix + flow.inbound.ids.next()
+        flow.created = int(time.time())
         await proceed(flow)
         call, req = flow.call, flow.request
         assert call is not None and req is not None, "the attempt stage answers"
@@ -332,7 +403,9 @@ def write(proceed: Next[R, A, K]) -> Next[R, A, K]:
         answer = flow.answer
         assert answer is not None
         flow.record.use(answer.get("usage"))
-        doc = endpoint.document(answer, req.model, flow.id, int(time.time()), call.answer_shape)
+        doc = flow.document or endpoint.document(
+            answer, req.model, flow.id, flow.created, call.answer_shape
+        )
         await flow.reply.respond(200, orjson.dumps(doc), _headers(JSON_HEADERS, call.dropped))
 
     return written
@@ -342,17 +415,16 @@ async def _pumped(flow: Flow[R, A, K], req: R, call: Call[A, K], stream: Stream[
     """The stream written as SSE; its time and usage recorded."""
     streaming, inbound, reply, rec = flow.endpoint.streaming, flow.inbound, flow.reply, flow.record
     assert streaming is not None
-    env = envelope(
-        flow.id, int(time.time()), req.model, streaming.include_usage(req),
-        streaming.chunk_object, call.answer_shape,
+    head = Head(
+        flow.id, flow.created, req.model, streaming.include_usage(req), streaming.chunk_object,
+        call.answer_shape,
     )  # fmt: skip
     await reply.start_stream(_headers(SSE_HEADERS, call.dropped))
     result = StreamResult()
     began = time.perf_counter()
     try:
         await until_disconnect(
-            pump(reply.send, stream.first, stream.rest, env, env.include_usage, result),
-            inbound.receive,
+            streaming.pump(reply.send, stream.first, stream.rest, head, result), inbound.receive
         )
     finally:  # the time not spent writing is time spent waiting on the provider
         rec.upstream_s += time.perf_counter() - began - result.write_s
@@ -455,6 +527,7 @@ def _with_traceparent(prepare: Prepare[Call[A, K]], trace: Trace) -> Prepare[Cal
 # ---------------------------------------------------------------- the pipeline
 
 Handler = Callable[[Inbound, Reply], Awaitable[None]]
+CONVERSATION_STAGES: tuple[Stage, ...] = (recall, keep)
 # A batch's line: its runtime and ids in `inbound`, its answer captured by `reply`.
 LineServer = Callable[[Inbound, Reply, RequestRecord, Principal, bytes], Awaitable[None]]
 
@@ -463,13 +536,20 @@ class Pipeline:
     """The stages, chained once per endpoint: a live request's path and a batch line's."""
 
     def __init__(self, extra: Sequence[Stage] = ()) -> None:
-        tail: tuple[Stage, ...] = (write, capture, *extra, attempt)
-        self.live: tuple[Stage, ...] = (record, authenticate, parse, plan, admit, *tail)
-        self.line: tuple[Stage, ...] = (journal, parse, plan, admit, *tail)
+        tail: tuple[Stage, ...] = (write, keep, capture, *extra, attempt)
+        self.live: tuple[Stage, ...] = (record, authenticate, parse, recall, plan, admit, *tail)
+        self.line: tuple[Stage, ...] = (journal, parse, recall, plan, admit, *tail)
+
+    @staticmethod
+    def stages(stages: tuple[Stage, ...], endpoint: Endpoint[R, A, K]) -> tuple[Stage, ...]:
+        """The stages `endpoint` runs: those of stored answers only where it keeps them."""
+        if endpoint.conversation is not None:
+            return stages
+        return tuple(s for s in stages if s not in CONVERSATION_STAGES)
 
     def handler(self, endpoint: Endpoint[R, A, K]) -> Handler:
         """The endpoint's HTTP handler: a live request's flow through every stage."""
-        run = compose(self.live, endpoint)
+        run = compose(self.stages(self.live, endpoint), endpoint)
 
         def handle(inbound: Inbound, reply: Reply) -> Awaitable[None]:
             rec = RequestRecord(time.perf_counter(), operation=endpoint.operation)
@@ -479,7 +559,7 @@ class Pipeline:
 
     def line_server(self, endpoint: Endpoint[R, A, K]) -> LineServer:
         """How the batch runner serves one of the endpoint's lines."""
-        run = compose(self.line, endpoint)
+        run = compose(self.stages(self.line, endpoint), endpoint)
 
         def serve(
             inbound: Inbound, reply: Reply, rec: RequestRecord, principal: Principal, body: bytes

@@ -60,10 +60,11 @@ def _direct(node: Node) -> Node:
 
 
 COMPLETIONS, CHAT, EMBEDDINGS = "completions", "chat/completions", "embeddings"
+RESPONSES = "responses"
 # The endpoints an alias of each kind (`endpoint:` in its config) answers: a generative model
-# serves both completions and chat.
+# serves completions, chat and responses.
 SERVED: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {COMPLETIONS: (COMPLETIONS, CHAT), EMBEDDINGS: (EMBEDDINGS,)}
+    {COMPLETIONS: (COMPLETIONS, CHAT, RESPONSES), EMBEDDINGS: (EMBEDDINGS,)}
 )
 
 

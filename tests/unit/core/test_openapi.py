@@ -27,6 +27,7 @@ from core.embeddings import document as embeddings_document
 from core.errors import InvalidRequest
 from core.fields import Declaration, Field
 from core.openapi import build, document_json, error_tree
+from core.responses import RESPONSES
 from gateway.api.app import EXACT, PREFIXED
 from gateway.config.portkey import HEADERS as PORTKEY_HEADERS
 from gateway.jobs.filestore import file_object
@@ -143,12 +144,13 @@ def test_every_error_has_the_documented_shape_and_status() -> None:
 
 # ---------------------------------------------------------------- declarations ⇔ schemas
 
-DECLARATIONS = (COMPLETIONS, CHAT, EMBEDDINGS)
+DECLARATIONS = (COMPLETIONS, CHAT, EMBEDDINGS, RESPONSES)
 # A body with valid required fields, to which one field at a time is added.
 BASES: dict[str, dict[str, Any]] = {
     COMPLETIONS.name: {"model": "m", "prompt": "hi"},
     CHAT.name: {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
     EMBEDDINGS.name: {"model": "m", "input": "hi"},
+    RESPONSES.name: {"model": "m", "input": "hi"},
 }
 
 

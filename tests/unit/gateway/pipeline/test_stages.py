@@ -26,6 +26,7 @@ from gateway.metrics import RequestRecord
 from gateway.pipeline.endpoints import ENDPOINTS, A, K, R
 from gateway.pipeline.exchange import Ids, Inbound, Reply
 from gateway.pipeline.flow import Flow, Next, tapped
+from gateway.pipeline.shapes import response_usage
 from gateway.pipeline.stages import Pipeline
 from gateway.routing.trees import Leaf
 from tests.unit.gateway.api.test_app import FakeProvider
@@ -144,6 +145,8 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
         {"model": "gen", "messages": [{"role": "user", "content": "x"}], "stream": True},
     ),
     ("/v1/embeddings", {"model": "emb", "input": ["a", "b"]}),
+    ("/v1/responses", {"model": "gen", "input": "x", "store": False}),
+    ("/v1/responses", {"model": "gen", "input": "x", "store": False, "stream": True}),
 ]
 
 
@@ -160,6 +163,9 @@ async def test_a_stage_sees_every_endpoints_json_and_stream_requests(
             body["model"],
             body.get("stream", False),
         )
+        if path == "/v1/responses":
+            _seen_response(r, seen)
+            continue
         if not seen.stream:  # the answer the caller got is the one the stage saw
             assert seen.answer is not None and r.json()["usage"] == seen.answer["usage"]
             continue
@@ -169,6 +175,22 @@ async def test_a_stage_sees_every_endpoints_json_and_stream_requests(
         written = [orjson.loads(e) for e in events[:-1] if orjson.loads(e).get("choices")]
         assert len(chunks) == len(written) > 0
     assert {s.endpoint for s in observer.seen} == {e.name for e in ENDPOINTS}
+
+
+def _seen_response(r: httpx.Response, seen: Seen) -> None:
+    """A response's answer, or its stream's events, as the stage saw them: the same events,
+    numbered, and the same usage in the Responses API's words."""
+    if not seen.stream:
+        assert seen.answer is not None
+        assert r.json()["usage"] == response_usage(seen.answer["usage"])
+        return
+    blocks = [b for b in r.text.split("\n\n") if b]
+    kinds = [b.split("\n")[0].removeprefix("event: ") for b in blocks]
+    data = [orjson.loads(b.split("\n")[1].removeprefix("data: ")) for b in blocks]
+    assert [d["type"] for d in data] == kinds and kinds[-1] == "response.completed"
+    assert [d["sequence_number"] for d in data] == list(range(len(data)))
+    assert [e["type"] for batch in seen.batches for e in batch] == kinds
+    assert seen.ended is True
 
 
 async def test_a_request_refused_before_its_admission_does_not_reach_the_stage(
