@@ -6,7 +6,8 @@ end-to-end tests.
         [--chunk-delay-ms 0]
 
 Serves POST `…/completions`, `…/chat/completions` (chat_server.py) and `…/embeddings` (any
-prefix: /v1, /inference/v1, none; Azure's own paths: dialect_azure.py), GET `/v1/models`,
+prefix: /v1, /inference/v1, none; Azure's own paths: dialect_azure.py), on the openai dialect
+OpenAI's Responses API `…/responses` (responses_server.py), GET `/v1/models`,
 `/v1/models/{id}` (also under /inference/v1), GET /health, and the test controls
 GET /__requests, POST /__reset, GET /__stats, POST /__script. See README.md.
 """
@@ -85,15 +86,24 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 
 React = Callable[[web.Request, ServerState, Any, Magic, int], Awaitable[web.StreamResponse]]
+Texts = Callable[[Any], list[str]]
 
 
-async def logged(request: web.Request, reply: React) -> web.StreamResponse:
-    """One request, logged with its outcome; `reply` answers it after auth and the script."""
+def request_texts(body: Any) -> list[str]:
+    """Where completions, embeddings and chat bodies hold the text markers are read in."""
+    return prompt_texts(body) or input_texts(body) or message_texts(body)
+
+
+async def logged(
+    request: web.Request, reply: React, texts: Texts = request_texts
+) -> web.StreamResponse:
+    """One request, logged with its outcome; `reply` answers it after auth and the script.
+    `texts`: the body's texts the markers are read in."""
     state = request.app[STATE]
     body = loads(await request.read())
     seq = state.record(request, body)
     try:
-        resp = await answer(request, state, body, seq, reply)
+        resp = await answer(request, state, body, seq, reply, texts)
     except UpstreamError as exc:
         state.finish(seq, "error")
         return error_response(exc)
@@ -108,11 +118,11 @@ async def logged(request: web.Request, reply: React) -> web.StreamResponse:
 
 
 async def answer(
-    request: web.Request, state: ServerState, body: Any, seq: int, reply: React
+    request: web.Request, state: ServerState, body: Any, seq: int, reply: React, texts: Texts
 ) -> web.StreamResponse:
     body = state.dialect.route(request.path, request.query, body)  # Azure's addresses
     check_auth(state, request)
-    magic = parse_magic(prompt_texts(body) or input_texts(body) or message_texts(body))
+    magic = parse_magic(texts(body))
     step = state.script.take()
     if step is not None:
         magic = step.as_magic(magic)
@@ -322,11 +332,14 @@ def create_app(state: ServerState) -> web.Application:
         app.router.add_get(f"{prefix}/models", list_models)
         app.router.add_get(f"{prefix}/models/{{model_id:.+}}", get_model)
     from .chat_server import chat_completions  # here: chat_server imports this module
+    from .responses_server import add_responses_routes  # … and so does responses_server
 
     # Before `…completions`, which matches `…/chat/completions` too: the first match wins.
     app.router.add_post("/{prefix:.*}chat/completions", chat_completions)
     app.router.add_post("/{prefix:.*}completions", completions)
     app.router.add_post("/{prefix:.*}embeddings", embeddings)
+    if state.dialect.name == "openai":  # OpenAI's Responses API (responses_server.py)
+        add_responses_routes(app)
     return app
 
 
