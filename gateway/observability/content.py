@@ -29,7 +29,10 @@ def redacted(value: Any, patterns: Sequence[re.Pattern[str]]) -> Any:
 
 def answered(answer: Any) -> list[dict[str, Any]] | None:
     """A JSON answer's choices as the log tells them: a completion's text, a chat's message
-    (content, tool calls). None for answers without text (embeddings)."""
+    (content, tool calls), a response's output as one choice. None for answers without text
+    (embeddings)."""
+    if isinstance(answer, Mapping) and isinstance(answer.get("output"), list):
+        return [_output(answer["output"])]
     choices = answer.get("choices") if isinstance(answer, Mapping) else None
     if not isinstance(choices, list):
         return None
@@ -46,6 +49,25 @@ def answered(answer: Any) -> list[dict[str, Any]] | None:
     return out
 
 
+def _output(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A response's output items as a choice: its messages' text, its function calls."""
+    texts = [
+        part.get("text") or part.get("refusal") or ""
+        for item in items
+        if item.get("type") == "message"
+        for part in item.get("content") or ()
+    ]
+    entry: dict[str, Any] = {"index": 0, "content": "".join(texts)}
+    calls = [_call(item) for item in items if item.get("type") == "function_call"]
+    if calls:
+        entry["tool_calls"] = calls
+    return entry
+
+
+def _call(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {"id": item.get("call_id"), "name": item.get("name"), "arguments": item.get("arguments")}
+
+
 class Gathered:
     """A stream's text per choice, gathered from its chunks as they are written: `seen` takes
     each batch of chunks (completions' `text`, chat's `delta.content` and tool call
@@ -59,6 +81,10 @@ class Gathered:
 
     def seen(self, batch: Sequence[Any]) -> None:
         for chunk in batch:
+            kind = chunk.get("type")
+            if kind is not None:  # a Responses stream's event
+                self._event(kind, chunk)
+                continue
             for c in chunk.get("choices") or ():
                 index = c.get("index", 0)
                 delta = c.get("delta")
@@ -68,6 +94,16 @@ class Gathered:
                         self._tool(index, call)
                 else:
                     self._keep(index, c.get("text"))
+
+    def _event(self, kind: str, event: Mapping[str, Any]) -> None:
+        """A Responses event: its text deltas, and each function call once it is whole."""
+        if kind == "response.output_text.delta":
+            self._keep(0, event.get("delta"))
+        elif kind == "response.output_item.done":
+            item = event.get("item") or {}
+            arguments = item.get("arguments")
+            if item.get("type") == "function_call" and self._fits(len(arguments or "")):
+                self._tools[(0, event.get("output_index", 0))] = _call(item)
 
     def _keep(self, index: int, text: Any) -> None:
         if isinstance(text, str) and text and self._fits(len(text)):

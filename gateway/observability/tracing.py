@@ -76,6 +76,9 @@ class Trace:
     def seen(self, batch: list[Any]) -> None:
         """A stream's batch of chunks, as written: their finish reasons kept."""
         for chunk in batch:
+            response = chunk.get("response")  # a Responses event: how the response ended
+            if response is not None and response.get("status") != "in_progress":
+                self.reasons[0] = response["status"]
             for choice in chunk.get("choices") or ():
                 reason = choice.get("finish_reason")
                 if reason:

@@ -19,7 +19,7 @@ from gateway.observability.content import answered, redacted
 from gateway.pipeline.flow import Flow
 
 # A request's fields that hold what the caller said (captured with capture_content).
-CONTENT_FIELDS = ("messages", "prompt", "suffix", "input")
+CONTENT_FIELDS = ("messages", "prompt", "suffix", "instructions", "input")
 LINE = orjson.OPT_APPEND_NEWLINE | orjson.OPT_UTC_Z
 
 

@@ -70,6 +70,8 @@ def _reasons(flow: Flow[Any, Any, Any], trace: Trace) -> list[str] | None:
     if trace.reasons:
         return [trace.reasons[i] for i in sorted(trace.reasons)]
     answer = flow.answer
+    if isinstance(answer, Mapping) and isinstance(answer.get("status"), str):
+        return [answer["status"]]  # a response: how it ended
     choices = answer.get("choices") if isinstance(answer, Mapping) else None
     if not isinstance(choices, list):
         return None

@@ -196,3 +196,40 @@ def test_the_config_takes_off_stdout_or_a_path() -> None:
         with pytest.raises(ConfigError) as err:
             config.parse(CONFIG + bad + "\n")
         assert err.value.path == where
+
+
+async def test_a_response_s_line_has_its_instructions_input_and_output(tmp_path: Path) -> None:
+    """The Responses API's requests log as the others do: with capture_content, what was sent
+    (instructions, input) and the output (text, function calls), from a JSON answer and a
+    stream's events; its operation and usage as any request's."""
+    path = tmp_path / "requests.log"
+    text = CONFIG + f'request_log: {{path: "{path}", capture_content: true}}\n'
+    async with serving(text) as (client, rt, _):
+        body = {"model": "fb", "instructions": "Be brief.", "input": "hi there", "store": False}
+        for stream in (False, True):
+            sent = orjson.dumps({**body, "stream": stream})
+            r = await post(client, "sk-a", sent, "/v1/responses")
+            assert r.status_code == 200, r.text
+        json_entry, stream_entry = await lines(rt, path)
+    # The scripted provider answers "cheap:<n>" whole, and "hi" streamed.
+    for entry, said in ((json_entry, "cheap:0"), (stream_entry, "hi")):
+        assert entry["request"] == {"instructions": "Be brief.", "input": "hi there"}
+        assert entry["response"]["choices"] == [{"index": 0, "content": said}]
+        assert entry["endpoint"] == "responses" and entry["usage"]["prompt"] is not None
+
+
+def test_a_responses_stream_s_text_and_function_calls_are_gathered() -> None:
+    g = content.Gathered()
+    g.seen([{"type": "response.output_text.delta", "delta": "Hel"}])
+    g.seen([{"type": "response.output_text.delta", "delta": "lo"}])
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    g.seen([{"type": "response.output_item.done", "output_index": 1, "item": call}])
+    assert g.choices() == [
+        {
+            "index": 0,
+            "content": "Hello",
+            "tool_calls": [{"id": "c1", "name": "f", "arguments": "{}"}],
+        }
+    ]
+    answer = {"output": [{"type": "message", "content": [{"type": "output_text", "text": "Hi"}]}]}
+    assert content.answered(answer) == [{"index": 0, "content": "Hi"}]
