@@ -208,6 +208,15 @@ class ResponseAnswer(TypedDict):
     # The request's fields the response object repeats (instructions, temperature, tools, …),
     # as the target answered them or as the gateway made them from the request.
     echo: dict[str, Any]
+    # An upstream that keeps responses itself: its id of this one, and whether it holds the
+    # whole conversation under it (a next turn may then continue from that id).
+    upstream: NotRequired[Upstream]
+
+
+class Upstream(TypedDict):
+    provider: str
+    id: str
+    whole: bool
 
 
 class ResponseEvent(TypedDict, total=False):

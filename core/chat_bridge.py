@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.answers import ChatChoice, ChatCompletion, ResponseAnswer
+from core.answers import ChatChoice, ChatCompletion, ResponseAnswer, Usage
 from core.chat import ChatRequest, validate_chat
 from core.checks import INT64_MAX
 from core.completions import RequestLimits
@@ -374,11 +374,29 @@ def response_of(chat: ChatCompletion, req: ResponsesRequest) -> ResponseAnswer:
     return {
         "status": status,
         "output": output_items(choice) if choice else [],
-        "usage": chat["usage"],
+        "usage": usage_of(chat["usage"]),
         "incomplete_details": incomplete,
         "error": None,
         "echo": echo(req),
     }
+
+
+def usage_of(chat: Usage | None) -> Usage | None:
+    """A chat's usage with the details a response has (cached and reasoning tokens), not a
+    chat's others (audio, predictions)."""
+    if chat is None:
+        return None
+    made: Usage = {
+        "prompt_tokens": chat["prompt_tokens"],
+        "completion_tokens": chat["completion_tokens"],
+        "total_tokens": chat["total_tokens"],
+    }
+    prompt, completion = chat.get("prompt_tokens_details"), chat.get("completion_tokens_details")
+    if prompt and prompt.get("cached_tokens") is not None:
+        made["prompt_tokens_details"] = {"cached_tokens": prompt["cached_tokens"]}
+    if completion and completion.get("reasoning_tokens") is not None:
+        made["completion_tokens_details"] = {"reasoning_tokens": completion["reasoning_tokens"]}
+    return made
 
 
 def output_items(choice: ChatChoice) -> list[Json]:
@@ -395,7 +413,9 @@ def output_items(choice: ChatChoice) -> list[Json]:
     if message.get("refusal"):
         parts.append({"type": "refusal", "refusal": message["refusal"]})
     if parts:
-        items.append(output_message(item_id("msg"), parts, "completed"))
+        # A message cut short (max_output_tokens, a content filter) is incomplete, as OpenAI's.
+        cut = ending(choice["finish_reason"])[0] == "incomplete"
+        items.append(output_message(item_id("msg"), parts, "incomplete" if cut else "completed"))
     for call in message.get("tool_calls") or ():
         function = call["function"]
         items.append(

@@ -30,6 +30,7 @@ from core.chat_bridge import (
     item_id,
     output_message,
     output_text,
+    usage_of,
 )
 from core.errors import GatewayError
 from core.responses import ResponsesRequest
@@ -79,7 +80,7 @@ class Synthesis:
         events: list[ResponseEvent] = []
         for chunk in batch:
             if "usage" in chunk and chunk["usage"] is not None:
-                self.usage = chunk["usage"]
+                self.usage = usage_of(chunk["usage"])
             for choice in chunk["choices"]:
                 if choice["index"] == 0:  # a Responses request has one choice
                     self._choice(choice, events)
@@ -136,8 +137,9 @@ class Synthesis:
                        "item_id": held.item["id"], "output_index": len(self.output),
                        "delta": piece})  # fmt: skip
 
-    def _close(self, events: list[ResponseEvent]) -> None:
-        """The open item's end events; it joins the output."""
+    def _close(self, events: list[ResponseEvent], status: str = "completed") -> None:
+        """The open item's end events; it joins the output (`status`: the message's, when the
+        response ends with it)."""
         held, self.open = self.open, None
         if held is None:
             return
@@ -150,7 +152,7 @@ class Synthesis:
                            "logprobs": held.logprobs})  # fmt: skip
             events.append({"type": "response.content_part.done", "item_id": iid,
                            "output_index": index, "content_index": 0, "part": part})  # fmt: skip
-            done = {**item, "status": "completed", "content": [part]}
+            done = {**item, "status": status, "content": [part]}
         else:
             events.append({"type": "response.function_call_arguments.done", "item_id": iid,
                            "output_index": index, "name": item["name"],
@@ -162,8 +164,8 @@ class Synthesis:
     def end(self) -> list[ResponseEvent]:
         """The chat ended: the open item closed, and the response's last event."""
         events: list[ResponseEvent] = []
-        self._close(events)
         status, incomplete = ending(self.finish)
+        self._close(events, "incomplete" if status == "incomplete" else "completed")
         kind = "response.completed" if status == "completed" else "response.incomplete"
         events.append({"type": kind, "response": self.response(status, incomplete)})
         return events
@@ -171,7 +173,7 @@ class Synthesis:
     def failed(self, err: GatewayError) -> list[ResponseEvent]:
         """The chat failed after the first event: the response as far as it went, failed."""
         events: list[ResponseEvent] = []
-        self._close(events)
+        self._close(events, "incomplete")
         response = self.response("failed")
         response["error"] = {"code": err.code or err.type, "message": err.message}
         events.append({"type": "response.failed", "response": response})

@@ -19,6 +19,7 @@ from typing import Any
 
 from core import messages as m
 from core import response_items as ri
+from core.answers import Upstream
 from core.completions import (
     EXTENSIONS,
     SAMPLING,
@@ -147,6 +148,10 @@ class ResponsesRequest:
     # The items of the conversation before this turn (previous_response_id), as the gateway
     # rebuilt them from its store: what a target that does not store them is sent first.
     history: list[dict[str, Any]] = field(default_factory=list)
+    # The turn before, when an upstream that keeps responses answered it: the provider, its id
+    # there, and whether it holds the whole conversation (a target of the same provider may
+    # continue from that id instead of being sent the history).
+    previous_upstream: Upstream | None = None
 
 
 def _unserved(name: str, instead: str) -> str:
@@ -256,5 +261,5 @@ def apply_responses_overrides(
     """Portkey's override_params win over the caller's fields; the result is checked whole (the
     history rebuilt for this turn is kept)."""
     again = validate_responses({**req.fields, **overrides}, limits)
-    again.history = req.history
+    again.history, again.previous_upstream = req.history, req.previous_upstream
     return again

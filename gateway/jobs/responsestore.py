@@ -23,11 +23,12 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 import obstore
 import orjson
 
+from core.answers import Upstream
 from core.errors import NotFound
 from core.response_items import LIST_DEFAULT, LIST_LIMIT, ORDERS
 from gateway.auth import Principal
@@ -70,6 +71,16 @@ class Record(TypedDict):
     created_at: int  # the response's, or when it was kept: when its time to live began
     input_items: list[Item]  # this turn's, as `GET …/input_items` lists them
     conversation: list[Item]  # what a next turn continues from
+    # The upstream that answered, when it keeps responses itself (its id of this one).
+    upstream: NotRequired[Upstream | None]
+
+
+class Recalled(NamedTuple):
+    """What a turn continues from: the conversation's items, and the upstream's id of the turn
+    before when the upstream keeps responses itself."""
+
+    items: list[Item]
+    upstream: Upstream | None
 
 
 def owner(principal: Principal) -> str:
@@ -113,8 +124,10 @@ class ResponseStore:
         response: Mapping[str, Any],
         input_items: Sequence[Mapping[str, Any]],
         history: Sequence[Mapping[str, Any]],
+        upstream: Upstream | None = None,
     ) -> None:
-        """Store an answered response (its `id` one the gateway made: ValueError otherwise)."""
+        """Store an answered response (its `id` one the gateway made: ValueError otherwise);
+        `upstream`: the upstream's own id of it, when the upstream keeps responses."""
         response_id = str(response.get("id", ""))
         if not is_response_id(response_id):
             raise ValueError(f"not a response id of the gateway's: {response_id[:SHOWN_ID]!r}")
@@ -123,6 +136,7 @@ class ResponseStore:
             "created_at": _created_at(response.get("created_at"), self._clock()),
             "input_items": [_listed(item) for item in input_items],
             "conversation": [*map(dict, history), *map(dict, input_items), *_output(response)],
+            "upstream": upstream,
         }
         body = orjson.dumps(record, default=_plain)
         await obstore.put_async(self.files.store, _path(owner, response_id), body)
@@ -135,6 +149,11 @@ class ResponseStore:
         """What a turn with `previous_response_id` continues from; a 404 naming that field for
         an id of no response of the owner's."""
         return (await self._load(owner, response_id, previous_not_found))["conversation"]
+
+    async def recall(self, owner: str, response_id: str) -> Recalled:
+        """As `conversation`, with the upstream's own id of the response, if it has one."""
+        record = await self._load(owner, response_id, previous_not_found)
+        return Recalled(record["conversation"], record.get("upstream"))
 
     async def delete(self, owner: str, response_id: str) -> dict[str, Any]:
         """Delete the response; OpenAI's answer. A second delete is a 404."""

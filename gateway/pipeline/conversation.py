@@ -20,7 +20,8 @@ async def recall(rt: Runtime, principal: Principal, req: ResponsesRequest) -> Re
     """The request with the conversation it continues (a 404 naming `previous_response_id`
     when that is not one of its caller's)."""
     if req.previous_response_id is not None:
-        req.history = await rt.responses.conversation(owner(principal), req.previous_response_id)
+        recalled = await rt.responses.recall(owner(principal), req.previous_response_id)
+        req.history, req.previous_upstream = recalled.items, recalled.upstream
     return req
 
 
@@ -29,9 +30,15 @@ def stored(req: ResponsesRequest) -> bool:
 
 
 async def keep(
-    rt: Runtime, principal: Principal, req: ResponsesRequest, document: Mapping[str, object]
+    rt: Runtime,
+    principal: Principal,
+    req: ResponsesRequest,
+    answer: ResponseAnswer,
+    document: Mapping[str, object],
 ) -> None:
-    await rt.responses.keep(owner(principal), document, req.input, req.history)
+    """The answer kept as its caller got it (`document`), with the upstream's own id of it."""
+    upstream = answer.get("upstream")
+    await rt.responses.keep(owner(principal), document, req.input, req.history, upstream)
 
 
 def final(batch: list[ResponseEvent]) -> ResponseAnswer | None:

@@ -113,8 +113,8 @@ class Conversation(Generic[R, A, K]):
     # The request with its earlier turns, from the store (a 404 naming the id it continues).
     recall: Callable[[Runtime, Principal, R], Awaitable[R]]
     stored: Callable[[R], bool]  # whether its answer is kept
-    # Its answer kept: the document the caller got.
-    keep: Callable[[Runtime, Principal, R, Mapping[str, object]], Awaitable[None]]
+    # Its answer kept: the answer, and the document the caller got.
+    keep: Callable[[Runtime, Principal, R, A, Mapping[str, object]], Awaitable[None]]
     final: Callable[[list[K]], A | None]  # a stream's answer, from the batch that ends it
 
 

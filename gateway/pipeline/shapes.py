@@ -220,8 +220,9 @@ def response_document(
     out: ResponseAnswer, model: str, rid: str, created: int, shape: AnswerShape
 ) -> dict[str, object]:
     """A response object as OpenAI writes it: the gateway's id, time and the caller's model,
-    then what the target answered, its usage in the Responses API's words."""
-    return {
+    then what the target answered, its usage in the Responses API's words. vLLM's server's
+    response has no `error`."""
+    doc: dict[str, object] = {
         "id": rid,
         "object": "response",
         "created_at": created,
@@ -233,19 +234,26 @@ def response_document(
         "output": out["output"],
         "usage": response_usage(out["usage"]),
     }
+    if shape == "vllm" and out["error"] is None:
+        del doc["error"]
+    return doc
 
 
 def response_usage(usage: Usage | None) -> dict[str, object] | None:
-    """The canonical usage in the Responses API's words (cached and reasoning tokens 0 where
-    the target did not count them)."""
+    """The canonical usage in the Responses API's words: its details as the target gave them
+    (an upstream's own, as it wrote them), cached and reasoning tokens 0 where it did not
+    count them."""
     if usage is None:
         return None
     prompt = usage.get("prompt_tokens_details") or {}
     completion = usage.get("completion_tokens_details") or {}
     return {
         "input_tokens": usage["prompt_tokens"],
-        "input_tokens_details": {"cached_tokens": prompt.get("cached_tokens") or 0},
+        "input_tokens_details": {**prompt, "cached_tokens": prompt.get("cached_tokens") or 0},
         "output_tokens": usage["completion_tokens"],
-        "output_tokens_details": {"reasoning_tokens": completion.get("reasoning_tokens") or 0},
+        "output_tokens_details": {
+            **completion,
+            "reasoning_tokens": completion.get("reasoning_tokens") or 0,
+        },
         "total_tokens": usage["total_tokens"],
     }

@@ -247,7 +247,7 @@ def keep(proceed: Next[R, A, K]) -> Next[R, A, K]:
             flow.document = flow.endpoint.document(
                 flow.answer, req.model, flow.id, flow.created, call.answer_shape
             )
-            await _stored(flow, flow.document)
+            await _stored(flow, flow.answer, flow.document)
             return
         stream = flow.stream
         flow.stream = Stream(stream.first, _kept(flow, stream.rest))
@@ -269,16 +269,16 @@ async def _kept(flow: Flow[R, A, K], rest: AsyncIterator[list[K]]) -> AsyncItera
             await aclose()
     if last is not None:
         doc = flow.endpoint.document(last, req.model, flow.id, flow.created, call.answer_shape)
-        await _stored(flow, doc)
+        await _stored(flow, last, doc)
 
 
-async def _stored(flow: Flow[R, A, K], doc: Mapping[str, object]) -> None:
+async def _stored(flow: Flow[R, A, K], answer: A, doc: Mapping[str, object]) -> None:
     """The answer kept; a store that fails costs the caller the stored copy, not the answer
     (reading it back is a 404), and is logged."""
     conversation, principal, req = flow.endpoint.conversation, flow.principal, flow.request
     assert conversation is not None and principal is not None and req is not None
     try:
-        await conversation.keep(flow.inbound.runtime, principal, req, doc)
+        await conversation.keep(flow.inbound.runtime, principal, req, answer, doc)
     except Exception:
         log.exception("request %s: its answer was not stored", flow.inbound.request_id)
 

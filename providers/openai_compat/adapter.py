@@ -22,8 +22,10 @@ from core.completions import CONTEXT, CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import ConfigError, ContextLengthExceeded, GatewayError, InvalidRequest
 from core.messages import first_media_part
-from core.provider import Adapter, Prepared, Target
+from core.provider import Adapter, Prepared, ResponsesCall, Target
+from core.responses import ResponsesRequest
 from core.wire import Json
+from providers.openai_compat import responses as native
 from providers.openai_compat.chat_normalize import (
     ChatNormalization,
     ChatStreamNormalizer,
@@ -46,6 +48,7 @@ from providers.openai_compat.normalize import (
 from providers.openai_compat.settings import Settings, Urls, parse_settings
 from providers.rules.chat import RULES as CHAT_RULES
 from providers.rules.params import Applied, Dialect, apply_rules
+from providers.rules.responses import RULES as RESPONSES_RULES
 from providers.transport.client import UpstreamClient
 
 T = TypeVar("T")
@@ -110,6 +113,7 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         self.answer_shape = settings.answer_shape
         self._embedding_rules = EMBEDDING_RULES[spec.name]
         self._chat_rules = CHAT_RULES[spec.name]
+        self._responses_rules = RESPONSES_RULES.get(spec.name, {})
         # Every model's URLs; None on Azure with an api-version: each model's deployment's.
         self._urls = settings.urls
         self._deployments = settings.deployments
@@ -267,6 +271,18 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
         if self.spec.needs_explicit_context_behavior:
             body.setdefault(CONTEXT, "error")
         return applied
+
+    def responses(self, request: ResponsesRequest, target: Target) -> ResponsesCall:
+        """Passed through where the upstream serves the Responses API itself; else served as
+        the chat it means (the contract's way)."""
+        how = self.spec.responses
+        if how is None:
+            return super().responses(request, target)
+        urls = self._urls or self._deployment(target)
+        sent = native.body(self._responses_rules, how, self.name, request, target)
+        return native.call(
+            self._client, urls.responses, sent, request, target, self.name, self.answer_shape
+        )
 
     def prepare_embedding(
         self, request: EmbeddingRequest, target: Target

@@ -80,12 +80,16 @@ class Urls:
     completions: str
     chat: str
     embeddings: str
+    responses: str
 
 
 def endpoints(root: str, query: str = "") -> Urls:
     """The endpoints under `root`, each with `query` ("?…" or "")."""
     return Urls(
-        f"{root}/completions{query}", f"{root}/chat/completions{query}", f"{root}/embeddings{query}"
+        f"{root}/completions{query}",
+        f"{root}/chat/completions{query}",
+        f"{root}/embeddings{query}",
+        f"{root}/responses{query}",
     )
 
 

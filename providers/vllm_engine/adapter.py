@@ -23,16 +23,28 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from core.answers import ChatChunk, ChatCompletion, Choice, Chunk, Completion, Embeddings
+from core.answers import (
+    ChatChunk,
+    ChatCompletion,
+    Choice,
+    Chunk,
+    Completion,
+    Embeddings,
+    ResponseAnswer,
+    ResponseEvent,
+)
 from core.chat import ChatRequest
 from core.completions import CompletionRequest
 from core.embeddings import EmbeddingRequest
 from core.errors import GatewayError, InvalidRequest, ServiceUnavailable, UpstreamTimeout
 from core.messages import first_media_part, text_only
-from core.provider import Adapter, Prepared, Target
+from core.provider import Adapter, Call, Prepared, ResponsesCall, Target
+from core.response_reading import answer, event
+from core.responses import ResponsesRequest
 from providers.rules import vllm_checks
 from providers.rules.params import apply_rules
 from providers.vllm_engine import chat, chat_output, output, pooling, submit
+from providers.vllm_engine import responses as vllm_responses
 from providers.vllm_engine.chat import ChatFront, EngineChat
 from providers.vllm_engine.engine import GENERATE, Engine, engine_args
 from providers.vllm_engine.errors import engine_error
@@ -82,6 +94,9 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
         # vLLM's cap on logprobs and prompt_logprobs (-1: none), from the engine's arguments.
         args = engine.settings.engine_args
         self.max_logprobs: int = args.get("max_logprobs", MAX_LOGPROBS)
+        # vLLM's Responses serving, with the chat front it was built on (built at first use,
+        # again if the engine started anew).
+        self._serving: tuple[ChatFront, Any] | None = None
 
     @classmethod
     def check_config(cls, type_tag: str, settings: Mapping[str, Any], path: str) -> None:
@@ -222,11 +237,58 @@ class VllmEngineProvider(Adapter[EngineCompletion, EngineEmbedding, EngineChat])
             answer["system_fingerprint"] = self.engine.fingerprint
         return answer
 
+    def _responses_serving(self) -> Any:
+        front = self._front()
+        if self._serving is None or self._serving[0] is not front:
+            built = vllm_responses.build(self.engine.llm, front, self.engine.settings, self.name)
+            self._serving = (front, built)
+        return self._serving[1]
+
     def _front(self) -> ChatFront:
         front = self.engine.chat
         if front is None:  # a generating engine is up only with its front end
             raise ServiceUnavailable(f"The vLLM engine of provider {self.name!r} has no chat.")
         return front
+
+    def responses(self, request: ResponsesRequest, target: Target) -> ResponsesCall:
+        """The Responses API as vLLM's server serves it: its own classes on this engine
+        (providers.vllm_engine.responses)."""
+        self._check_serves(GENERATE, target, CHAT)
+        fields, dropped = vllm_responses.body(request, target, self.name, self._request_id())
+        fields = _queued(fields, target)
+
+        async def complete() -> ResponseAnswer:
+            created = await self._responses_started(fields, target, _deadline_s(target))
+            doc = vllm_responses.dumped(created, target.label)
+            return answer(doc, request, target.label, self.name, False)
+
+        async def stream() -> AsyncGenerator[list[ResponseEvent], None]:
+            created = await self._responses_started(fields, target, target.timeout_s)
+            if not hasattr(created, "__anext__"):  # an error, or (never asked) a whole answer
+                vllm_responses.dumped(created, target.label)
+                return
+            wait = target.first_byte_s or target.timeout_s  # the first output may wait longer
+            async with aclosing(created) as events:
+                while True:
+                    try:
+                        raw = await _guarded(anext(events), target, wait)
+                    except StopAsyncIteration:
+                        break
+                    wait = target.timeout_s
+                    doc = raw.model_dump(mode="json", by_alias=True)
+                    yield [event(doc, request, target.label, self.name, False)]
+
+        return Call(target, dropped, complete, stream, self.answer_shape)
+
+    async def _responses_started(
+        self, fields: Mapping[str, Any], target: Target, seconds: float | None
+    ) -> Any:
+        """vLLM's answer to the request: a whole response, its events' generator, or an error."""
+        serving = self._responses_serving()
+        vreq = vllm_responses.request(dict(fields))
+        return await _guarded(
+            serving.create_responses(vreq, vllm_responses.raw(target)), target, seconds
+        )
 
     # ------------------------------------------------------------ serving
 

@@ -193,7 +193,7 @@ class ChatFront:
         except VLLMValidationError as exc:
             raise InvalidRequest(str(exc.args[0]), param=exc.parameter) from None
         except ValueError as exc:  # pydantic's ValidationError
-            raise InvalidRequest(_first_error(exc)) from None
+            raise InvalidRequest(first_error(exc)) from None
         self.check(vreq)
         return vreq
 
@@ -288,7 +288,7 @@ def _template_error(exc: Exception) -> bool:
     return any(cls.__name__ == "TemplateError" for cls in type(exc).__mro__)
 
 
-def _first_error(exc: ValueError) -> str:
+def first_error(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
         found = errors()

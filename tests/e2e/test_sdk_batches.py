@@ -1,7 +1,8 @@
 """The Batch API with the openai SDK, on a gateway of its own in front of the scripted OpenAI:
 a file of requests uploaded, a batch created, run by the gateway through its own pipeline, and
-its output and error files read back; validation failures naming the line, cancel, the window's
-end, and ownership."""
+its output and error files read back (completions, chat, embeddings, and the Responses API's lines
+on a chat-only upstream); validation failures naming the line, cancel, the window's end, and
+ownership."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.e2e.batches import DEADLINE_S, completed, finished, lines_of, request
 from tests.e2e.metrics_text import scrape
 from tests.e2e.support import OPENAI_MODEL, scripted_providers
 from tests.gateway_proc import GatewayProcess
+from tests.upstreams.chat_fake import fake_arguments, pieces
 from tests.upstreams.embeddings import vector
 from tests.upstreams.fakegen import expected_text
 from tests.upstreams.procs import ScriptedUpstream
@@ -38,7 +40,11 @@ def gateway(
     scripted_openai_server: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     workdir = tmp_path_factory.mktemp("batches")
-    providers = orjson.dumps(scripted_providers(scripted_openai_server.url, "http://127.0.0.1:9"))
+    # `generic`: the scripted OpenAI as an openai-compatible server, which the gateway serves the
+    # Responses API on as chat (alias `resp`)
+    providers = orjson.dumps(
+        scripted_providers(scripted_openai_server.url, "http://127.0.0.1:9", generic=True)
+    )
     config = f"""
 auth:
   keys:
@@ -48,6 +54,7 @@ providers: {providers.decode()}
 models:
   oa: {{targets: [{{provider: oai, model: {OPENAI_MODEL}}}]}}
   emb: {{endpoint: embeddings, targets: [{{provider: oai, model: {EMBED_MODEL}}}]}}
+  resp: {{targets: [{{provider: generic, model: {OPENAI_MODEL}}}]}}
 files: {{store: "{workdir / "store"}"}}
 batches: {{max_concurrency: 4, poll_s: 0.05}}
 request_log: {{path: "{workdir / "requests.log"}"}}
@@ -153,6 +160,89 @@ def test_embeddings_batches(sdk: openai.OpenAI) -> None:
     errors = lines_of(sdk, done.error_file_id)
     assert [(x["custom_id"], x["response"]["status_code"]) for x in errors] == [("wrong", 400)]
     assert errors[0]["response"]["body"]["error"]["param"] == "input"
+
+
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"],
+    },
+}
+TOOL_ASK = "What is the weather in Paris? __tool__"  # the fake model calls the tool
+
+
+def test_responses_batches(sdk: openai.OpenAI, scripted_openai_server: ScriptedUpstream) -> None:
+    """`/v1/responses` lines on a chat-only upstream: each output line's body is the line's
+    response object (its output items and usage, as the fake model answers the chat it means);
+    a bad line is an error line naming the field, and sends nothing upstream."""
+
+    def line(custom_id: str, **body: Any) -> dict[str, Any]:
+        return {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": "/v1/responses",
+            "body": {"model": "resp", **body},
+        }
+
+    lines = [
+        *(line(f"r{i}", input=f"Say {i}", max_output_tokens=16) for i in range(3)),
+        line("tool", input=TOOL_ASK, tools=[WEATHER]),
+        line("no-input", max_output_tokens=16),
+        line("short", input="Say 0", max_output_tokens=15),  # below OpenAI's floor of 16
+    ]
+    content = b"\n".join(orjson.dumps(x) for x in lines)
+    done = until(sdk, start(sdk, content, "/v1/responses").id, finished)
+    assert done.status == "completed" and done.endpoint == "/v1/responses"
+    assert done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.failed) == (4, 2)
+    out = {x["custom_id"]: x for x in lines_of(sdk, done.output_file_id)}
+    assert sorted(out) == ["r0", "r1", "r2", "tool"]
+    assert {x["response"]["status_code"] for x in out.values()} == {200}
+    bodies = {custom_id: x["response"]["body"] for custom_id, x in out.items()}
+    assert len({b["id"] for b in bodies.values()}) == 4
+    for body in bodies.values():
+        assert body["id"].startswith("resp_") and body["object"] == "response"
+        assert body["model"] == "resp"
+    for i in range(3):
+        body = bodies[f"r{i}"]
+        text = expected_text(f"Say {i}", 0, 16)
+        assert (body["status"], body["incomplete_details"]) == (
+            "incomplete",
+            {"reason": "max_output_tokens"},
+        )
+        (message,) = body["output"]
+        assert (message["type"], message["role"]) == ("message", "assistant")
+        assert [(p["type"], p["text"]) for p in message["content"]] == [("output_text", text)]
+        assert body["usage"]["input_tokens"] == 2 and body["usage"]["output_tokens"] == 16
+        assert body["usage"]["total_tokens"] == 18
+    tool = bodies["tool"]
+    arguments = fake_arguments(WEATHER["parameters"])
+    (call,) = tool["output"]
+    assert (call["type"], call["name"], call["arguments"]) == (
+        "function_call",
+        "get_weather",
+        arguments,
+    )
+    assert call["call_id"].startswith("call_") and call["status"] == "completed"
+    assert tool["status"] == "completed" and tool["tools"][0]["name"] == "get_weather"
+    assert tool["usage"]["output_tokens"] == len(pieces(arguments))
+    assert tool["usage"]["input_tokens"] == len(TOOL_ASK.split())
+    # The upstream got chat: one request a good line, the tool as a chat function.
+    chats = [r["body"] for r in scripted_openai_server.requests()]
+    assert len(chats) == 4 and all("input" not in c for c in chats)
+    (sent,) = [c for c in chats if c.get("tools")]
+    assert sent["messages"] == [{"role": "user", "content": TOOL_ASK}]
+    assert sent["tools"][0]["function"]["name"] == "get_weather"
+    errors = {x["custom_id"]: x for x in lines_of(sdk, done.error_file_id)}
+    assert sorted(errors) == ["no-input", "short"]
+    for custom_id, param in (("no-input", "input"), ("short", "max_output_tokens")):
+        response = errors[custom_id]["response"]
+        assert response["status_code"] == 400
+        assert response["body"]["error"]["param"] == param, response
 
 
 def test_a_bad_file_fails_the_batch_naming_the_line(sdk: openai.OpenAI) -> None:

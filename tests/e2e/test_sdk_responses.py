@@ -1,8 +1,15 @@
 """`POST /v1/responses` with the openai SDK (sync and async: `create`, the `stream` helper,
-`parse`, `retrieve`, `delete`, `input_items.list`) and raw HTTP, through the session gateway, on
-targets that speak chat completions only: the gateway serves the Responses API by translating
-to chat and back, streams included. Expected texts come from the scripted upstreams' fake model
-(tests/upstreams/chat_fake.py): the prompt is the chat messages' texts joined by newlines."""
+`parse`, `retrieve`, `delete`, `input_items.list`) and raw HTTP, through the session gateway:
+
+    translated  targets that speak chat completions only (Fireworks, a generic server): the
+                gateway serves the Responses API as the chat it means, and back, streams
+                included
+    native      OpenAI: passed through to its own `/v1/responses`, the conversation continued
+                there by its own ids when it answered the turn before
+
+Expected texts come from the scripted upstreams' fake model (tests/upstreams/chat_fake.py): the
+prompt is the chat messages' texts joined by newlines (the Responses body's texts, on the
+scripted OpenAI's `/v1/responses`: tests/upstreams/responses_request.py)."""
 
 from __future__ import annotations
 
@@ -17,18 +24,20 @@ import pytest
 from tests.e2e.conftest import Env
 from tests.e2e.metrics_text import scrape
 from tests.e2e.support import (
-    DIALECT_ALIASES,
-    DROP,
     FW,
+    GENERIC,
     OA,
     OA_THEN_FW,
+    OPENAI_MODEL,
     TARGET_LABEL,
     auth,
     expect,
 )
 from tests.upstreams.chat_fake import chat_prompt, compact, fake_arguments, fake_value, pieces
+from tests.upstreams.responses_request import responses_prompt
 
 Json = dict[str, Any]
+TRANSLATED = (FW, GENERIC)  # chat-only upstreams: the Responses API as chat
 INSTRUCTIONS = "You are a poet."
 QUESTION = "Write about the sea"
 PROMPT = chat_prompt([{"content": INSTRUCTIONS}, {"content": QUESTION}])
@@ -73,7 +82,7 @@ def events_of(env: Env, body: Json) -> list[tuple[str, Json]]:
 # ---------------------------------------------------------------- answers
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", TRANSLATED)
 def test_a_text_answer(env: Env, sdk: openai.OpenAI, alias: str) -> None:
     resp = sdk.responses.create(
         model=alias, instructions=INSTRUCTIONS, input=QUESTION, max_output_tokens=16
@@ -100,7 +109,7 @@ def test_a_text_answer(env: Env, sdk: openai.OpenAI, alias: str) -> None:
     assert "store" not in chat and "input" not in chat
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", TRANSLATED)
 def test_a_completed_answer(sdk: openai.OpenAI, alias: str) -> None:
     """Stopped by a stop string (an extension), the response is complete."""
     resp = sdk.responses.create(model=alias, input=QUESTION, extra_body=STOPPED)
@@ -128,7 +137,7 @@ def test_a_list_of_items_with_parts(env: Env, sdk: openai.OpenAI) -> None:
 # ---------------------------------------------------------------- streams
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", TRANSLATED)
 def test_the_event_sequence(env: Env, alias: str) -> None:
     body = {"model": alias, "input": QUESTION, "max_output_tokens": 16, "stream": True}
     events = events_of(env, body)
@@ -159,7 +168,7 @@ def test_the_event_sequence(env: Env, alias: str) -> None:
         assert sent(env, alias)["stream_options"] == {"include_usage": True}
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", TRANSLATED)
 def test_the_stream_helper(sdk: openai.OpenAI, alias: str) -> None:
     deltas = []
     with sdk.responses.stream(model=alias, input=QUESTION, extra_body=STOPPED) as stream:
@@ -184,7 +193,7 @@ async def test_the_async_client(env: Env) -> None:
         assert again.output_text == resp.output_text
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", TRANSLATED)
 def test_a_failure_after_the_first_event_is_a_failed_response(
     sdk: openai.OpenAI, alias: str
 ) -> None:
@@ -204,7 +213,7 @@ def test_a_failure_after_the_first_event_is_a_failed_response(
 # ---------------------------------------------------------------- tools
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", TRANSLATED)
 def test_a_function_call_and_its_output(env: Env, sdk: openai.OpenAI, alias: str) -> None:
     first = sdk.responses.create(model=alias, input=TOOL_ASK, tools=[WEATHER])
     (call,) = first.output
@@ -269,7 +278,7 @@ class Forecast(pydantic.BaseModel):
     sunny: bool
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", TRANSLATED)
 def test_parse_with_a_pydantic_model(env: Env, sdk: openai.OpenAI, alias: str) -> None:
     resp = sdk.responses.parse(
         model=alias, input=QUESTION, text_format=Forecast, max_output_tokens=200
@@ -284,17 +293,11 @@ def test_parse_with_a_pydantic_model(env: Env, sdk: openai.OpenAI, alias: str) -
 # ---------------------------------------------------------------- what a chat cannot serve
 
 
-def test_a_reasoning_summary_is_refused_or_dropped(env: Env, sdk: openai.OpenAI) -> None:
+def test_a_reasoning_summary_is_refused_by_name(env: Env, sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
-        sdk.responses.create(model=OA, input="x", reasoning={"summary": "auto"})
+        sdk.responses.create(model=GENERIC, input="x", reasoning={"summary": "auto"})
     assert info.value.param == "reasoning.summary"
-    r = env.http.post(
-        "/v1/responses",
-        json={"model": DROP, "input": "x", "reasoning": {"summary": "auto"}, "store": False},
-        headers=auth(),
-    )
-    assert r.status_code == 200
-    assert "reasoning.summary" in r.headers["x-gateway-dropped-params"]
+    assert env.openai.requests() == []
 
 
 def test_a_refused_chat_field_is_named_as_the_responses_field(sdk: openai.OpenAI) -> None:
@@ -335,7 +338,7 @@ def test_store_false_keeps_nothing(sdk: openai.OpenAI) -> None:
         sdk.responses.retrieve(resp.id)
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", TRANSLATED)
 def test_previous_response_id_continues_the_conversation(
     env: Env, sdk: openai.OpenAI, alias: str
 ) -> None:
@@ -398,11 +401,15 @@ def test_an_unknown_previous_response_is_a_404_before_any_upstream_call(
 
 
 def test_fallback_before_the_first_event(env: Env, sdk: openai.OpenAI) -> None:
+    """OpenAI (native) fails before anything was written: Fireworks (translated) answers."""
     env.openai.script({"status": 503, "times": 2})
     resp = sdk.responses.create(model=OA_THEN_FW, input=QUESTION, max_output_tokens=16)
     assert resp.output_text == expect(QUESTION, 0, 16).text and resp.model == OA_THEN_FW
-    with sdk.responses.stream(model=OA_THEN_FW, input=QUESTION, extra_body=STOPPED) as stream:
-        assert stream.get_final_response().output_text == DONE
+    stream = sdk.responses.create(
+        model=OA_THEN_FW, input=QUESTION, max_output_tokens=16, stream=True
+    )
+    kinds = [event.type for event in stream]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete"
     assert [r["outcome"] for r in env.openai.requests()] == ["error", "error"]
     assert [r["outcome"] for r in env.fireworks.requests()] == ["ok", "completed_stream"]
 
@@ -441,3 +448,105 @@ def test_without_v1_too(env: Env) -> None:
 def test_the_arguments_are_json(sdk: openai.OpenAI) -> None:
     resp = sdk.responses.create(model=FW, input=TOOL_ASK, tools=[WEATHER], store=False)
     assert json.loads(resp.output[0].model_dump()["arguments"])["city"]
+
+
+# ---------------------------------------------------------------- native: OpenAI
+
+
+def native_sent(env: Env) -> Json:
+    """The Responses body the scripted OpenAI got last."""
+    last = env.openai.last_request()
+    assert last["path"] == "/v1/responses"
+    body: Json = last["body"]
+    return body
+
+
+def test_native_a_text_answer(env: Env, sdk: openai.OpenAI) -> None:
+    resp = sdk.responses.create(
+        model=OA, instructions=INSTRUCTIONS, input=QUESTION, max_output_tokens=16
+    )
+    body = native_sent(env)
+    assert body == {
+        "instructions": INSTRUCTIONS,
+        "max_output_tokens": 16,
+        "model": OPENAI_MODEL,
+        "input": QUESTION,
+        "store": True,
+    }
+    assert resp.output_text == expect(responses_prompt(body), 0, 16).text
+    assert resp.id.startswith("resp_") and resp.model == OA and resp.status == "incomplete"
+    assert resp.usage is not None and resp.usage.output_tokens == 16
+
+
+def test_native_events_are_the_upstreams_renumbered(env: Env) -> None:
+    body = {"model": OA, "input": QUESTION, "max_output_tokens": 16, "stream": True}
+    events = events_of(env, body)
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+    assert events[0][0] == "response.created" and events[-1][0] == "response.incomplete"
+    ids = {d["response"]["id"] for _, d in events if "response" in d}
+    (rid,) = ids
+    assert rid.startswith("resp_") and {
+        d["response"]["model"] for _, d in events if "response" in d
+    } == {OA}
+    text = "".join(d["delta"] for n, d in events if n == "response.output_text.delta")
+    assert text == expect(responses_prompt(native_sent(env)), 0, 16).text
+
+
+def test_native_fields_openai_lacks_are_refused_by_name(env: Env, sdk: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk.responses.create(model=OA, input="x", extra_body={"top_k": 3})
+    assert info.value.param == "top_k"
+    assert env.openai.requests() == []
+
+
+def test_native_a_function_call_round_trip(env: Env, sdk: openai.OpenAI) -> None:
+    first = sdk.responses.create(model=OA, input=TOOL_ASK, tools=[WEATHER])
+    (call,) = first.output
+    assert call.type == "function_call" and (call.name, call.arguments) == (
+        "get_weather",
+        WEATHER_ARGS,
+    )
+    output: Any = [{"type": "function_call_output", "call_id": call.call_id, "output": "Rain"}]
+    second = sdk.responses.create(
+        model=OA, input=output, previous_response_id=first.id, tools=[WEATHER], max_output_tokens=16
+    )
+    body = native_sent(env)
+    # OpenAI answered the turn before and keeps it: the gateway continues there, by its id.
+    assert body["previous_response_id"] != first.id and body["previous_response_id"].startswith(
+        "resp_"
+    )
+    assert body["input"] == output
+    assert second.previous_response_id == first.id and second.status == "incomplete"
+
+
+def test_native_a_conversation_begun_elsewhere_is_sent_inline(env: Env, sdk: openai.OpenAI) -> None:
+    """The turn before was Fireworks' (translated): OpenAI holds nothing of it, and gets it inline,
+    without the gateway's item ids (they name nothing at OpenAI)."""
+    first = sdk.responses.create(model=FW, input=QUESTION, max_output_tokens=16)
+    second = sdk.responses.create(
+        model=OA, input="And then?", previous_response_id=first.id, max_output_tokens=16
+    )
+    body = native_sent(env)
+    assert "previous_response_id" not in body
+    assert [item.get("role") for item in body["input"]] == ["user", "assistant", "user"]
+    assert all("id" not in item for item in body["input"])
+    assert second.output_text == expect(responses_prompt(body), 0, 16).text
+    third = sdk.responses.create(
+        model=OA, input="Thanks", previous_response_id=second.id, max_output_tokens=16
+    )
+    # OpenAI answered the second turn, but does not hold the first: inline again.
+    assert "previous_response_id" not in native_sent(env) and third.status == "incomplete"
+
+
+def test_native_a_failure_mid_stream_is_the_upstreams_failed_response(sdk: openai.OpenAI) -> None:
+    events = list(sdk.responses.create(model=OA, input="__midstream_error__", stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.failed"
+    assert events[-1].response.error is not None
+
+
+def test_native_parse_with_a_pydantic_model(env: Env, sdk: openai.OpenAI) -> None:
+    resp = sdk.responses.parse(
+        model=OA, input=QUESTION, text_format=Forecast, max_output_tokens=200
+    )
+    schema = native_sent(env)["text"]["format"]["schema"]
+    assert resp.output_parsed == Forecast.model_validate(fake_value(schema))

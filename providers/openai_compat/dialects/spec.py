@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.provider import AnswerShape
+from providers.openai_compat.responses import Native
 from providers.rules.params import Dialect
 
 
@@ -45,3 +46,6 @@ class DialectSpec:
     # (Azure's content filter results).
     choice_extras: tuple[str, ...] = ()
     answer_extras: tuple[str, ...] = ()
+    # The upstream serves the Responses API itself, and how it takes a conversation; None: a
+    # Responses request is served as the chat it means (core.chat_bridge).
+    responses: Native | None = None

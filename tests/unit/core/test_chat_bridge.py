@@ -320,3 +320,14 @@ def test_a_cut_stream_is_incomplete() -> None:
     (*_, last) = made.end()
     assert last["type"] == "response.incomplete"
     assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_a_message_cut_short_is_incomplete_whole_and_streamed() -> None:
+    message = {"role": "assistant", "content": "Hel", "refusal": None}
+    (item,) = response_of(chat_answer(message, "length"), request())["output"]
+    assert item["status"] == "incomplete"
+    made = Synthesis(request(stream=True))
+    made.chunks([delta("Hel", finish="length")])
+    *_, done, last = made.end()
+    assert done["type"] == "response.output_item.done" and done["item"]["status"] == "incomplete"
+    assert last["response"]["output"][0]["status"] == "incomplete"
