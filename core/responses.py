@@ -255,6 +255,19 @@ def apply_responses_defaults(
     return replace(req, fields=fields, max_output_tokens=fields.get("max_output_tokens"))
 
 
+def spoken(req: ResponsesRequest) -> ResponsesRequest:
+    """The request, if its conversation says anything: an empty `input` with no instructions
+    and no earlier turns gives a model nothing to answer (a 400 naming `input`, before any
+    target is asked)."""
+    if not req.input and not req.history and not req.instructions:
+        raise InvalidRequest(
+            "Invalid 'input': the conversation is empty; send at least one input item, or "
+            "instructions.",
+            param="input",
+        )
+    return req
+
+
 def apply_responses_overrides(
     req: ResponsesRequest, overrides: Mapping[str, Any], limits: RequestLimits
 ) -> ResponsesRequest:

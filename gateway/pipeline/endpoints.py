@@ -44,6 +44,7 @@ from core.responses import (
     apply_responses_defaults,
     apply_responses_overrides,
     parse_responses,
+    spoken,
 )
 from core.wire import Json
 from gateway.asgi import Send
@@ -241,7 +242,9 @@ RESPONSES: Endpoint[ResponsesRequest, ResponseAnswer, ResponseEvent] = Endpoint(
     doc=RESPONSES_DOC,
     parse=parse_responses,
     prepare=_preparer(
-        apply_responses_overrides, apply_responses_defaults, lambda p, r, t: p.responses(r, t)
+        apply_responses_overrides,
+        apply_responses_defaults,
+        lambda p, r, t: p.responses(spoken(r), t),
     ),
     reserve=estimates.responses_reservation,
     document=response_document,

@@ -550,3 +550,16 @@ def test_native_parse_with_a_pydantic_model(env: Env, sdk: openai.OpenAI) -> Non
     )
     schema = native_sent(env)["text"]["format"]["schema"]
     assert resp.output_parsed == Forecast.model_validate(fake_value(schema))
+
+
+@pytest.mark.parametrize("alias", [*TRANSLATED, OA])
+def test_an_empty_conversation_is_a_400_naming_input(env: Env, alias: str) -> None:
+    r = env.http.post("/v1/responses", json={"model": alias, "input": []}, headers=auth())
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+    assert env.openai.requests() == env.fireworks.requests() == []
+    r = env.http.post(
+        "/v1/responses",
+        json={"model": alias, "input": [], "instructions": "Say hi.", "store": False},
+        headers=auth(),
+    )
+    assert r.status_code == 200, r.text

@@ -100,11 +100,21 @@ def events(r: httpx.Response) -> list[dict[str, Any]]:
     return out
 
 
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    """The events' types, each run of text deltas as one."""
+    out: list[str] = []
+    for e in events:
+        if not (out and e["type"] == out[-1] == "response.output_text.delta"):
+            out.append(e["type"])
+    return out
+
+
 def test_a_stream_is_vllms(vllm_stack: Stack, http: httpx.Client, path: str) -> None:
     body = {"input": PROMPT, "stream": True, **GREEDY}
     theirs = events(direct(vllm_stack, http, body))
     ours = events(through(vllm_stack, http, path, body))
-    assert [e["type"] for e in ours] == [e["type"] for e in theirs]
+    # How many tokens a delta holds is the engine's timing (its outputs batch under load).
+    assert kinds(ours) == kinds(theirs)
     assert [e["sequence_number"] for e in ours] == list(range(len(ours)))
     assert masked(ours[-1]["response"]) == masked(theirs[-1]["response"])
     text = "".join(e["delta"] for e in ours if e["type"] == "response.output_text.delta")
