@@ -82,9 +82,9 @@ def event(
     kind = raw.get("type")
     if not isinstance(kind, str):
         raise bad_answer(label, "a stream event without its type")
-    out: Json = {k: v for k, v in raw.items() if k != "sequence_number"}
+    raw.pop("sequence_number", None)  # parsed for this call alone: changed in place
     response = raw.get("response")
     if isinstance(response, dict):
-        out["response"] = answer(response, req, label, provider, whole)
-    made: ResponseEvent = out  # type: ignore[assignment]  # the upstream's, as OpenAI's
+        raw["response"] = answer(response, req, label, provider, whole)
+    made: ResponseEvent = raw  # type: ignore[assignment]  # the upstream's, as OpenAI's
     return made

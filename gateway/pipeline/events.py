@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import orjson
 
@@ -37,17 +37,20 @@ class Events:
         self.ended = False
 
     def render(self, event: ResponseEvent) -> bytes:
-        out: dict[str, object] = {**event, "sequence_number": self.sequence}
-        self.sequence += 1
+        """The event written: its number added to its JSON (not to a copy of it), a response
+        in it as its document."""
         kind = event["type"]
+        out: Mapping[str, object] = event
         if "response" in event:
             head = self.head
-            answer = event["response"]
-            out["response"] = response_document(
-                answer, head.model, head.id, head.created, head.shape
+            document = response_document(
+                event["response"], head.model, head.id, head.created, head.shape
             )
+            out = {**event, "response": document}
             self.ended = self.ended or kind in ENDINGS
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(out) + b"\n\n"
+        body = orjson.dumps(out)[:-1] + b',"sequence_number":%d}' % self.sequence
+        self.sequence += 1
+        return b"event: " + kind.encode() + b"\ndata: " + body + b"\n\n"
 
     def error(self, err: GatewayError) -> bytes:
         body = err.body()["error"]

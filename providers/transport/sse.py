@@ -22,7 +22,7 @@ class SSEDecoder:
         buf = self._rest + chunk if self._rest else chunk
         if self._data is None and b"\r" not in buf:
             end = buf.rfind(b"\n\n") + 2  # the events `buf` completes, if all are plain
-            events = _plain(buf, end) if end > 1 else None
+            events = (_plain(buf, end) or _named(buf, end)) if end > 1 else None
             if events is not None:
                 self._rest = b""
                 return events + self._lines(buf[end:]) if end < len(buf) else events
@@ -67,6 +67,20 @@ class SSEDecoder:
             self._data = [value]
         else:
             self._data.append(value)
+
+
+def _named(buf: bytes, end: int) -> list[bytes] | None:
+    """As `_plain`, for events that are each an `event: ` line then one `data: ` line (the
+    Responses API's streams); None if any is not."""
+    if not buf.startswith(b"event: "):
+        return None
+    values: list[bytes] = []
+    for block in buf[: end - 2].split(b"\n\n"):
+        name, named, data = block.partition(b"\ndata: ")
+        if not named or not name.startswith(b"event: ") or b"\n" in name or b"\n" in data:
+            return None
+        values.append(data)
+    return values
 
 
 def _plain(buf: bytes, end: int) -> list[bytes] | None:

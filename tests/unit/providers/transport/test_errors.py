@@ -329,6 +329,23 @@ def test_sse_plain_events_split_anywhere() -> None:
     assert decode(b"data: a\n\n\ndata: b\n\n") == [b"a", b"b"]
 
 
+def test_sse_named_events_split_anywhere() -> None:
+    """The Responses API's streams: an `event: ` line before each `data: ` line (read in bulk),
+    and around them what is not so plain; each split as the line-by-line reading has it."""
+    raw = (
+        b'event: response.created\ndata: {"a":1}\n\nevent: x\ndata: {"b":"event: y"}\n\n'
+        b"event: z\ndata: a\ndata: b\n\n: ka\n\nevent: w\nid: 3\ndata: c\n\nevent: v\n\n"
+        b"data: d\n\n"
+    )
+    want = [b'{"a":1}', b'{"b":"event: y"}', b"a\nb", b"c", b"d"]
+    assert decode(raw) == want
+    for i in range(1, len(raw)):
+        for j in range(i, len(raw), 7):
+            assert decode(raw[:i], raw[i:j], raw[j:]) == want, (i, j)
+    lines = SSEDecoder()
+    assert lines._lines(raw) == want  # the slow path, whole: the same events
+
+
 def test_sse_multiline_comments_and_other_fields() -> None:
     raw = b': ping\n\nevent: completion\nid: 7\ndata: {"a":\ndata: 1}\nretry: 10\n\n'
     assert decode(raw) == [b'{"a":\n1}']
