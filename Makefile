@@ -91,11 +91,11 @@ lint: $(STAMP)
 	$(BIN)/mypy $(TYPED)
 	$(BIN)/lint-imports
 
-# The gateway vs direct on a mock upstream (completions, chat and embeddings) beside the bare
-# pass-throughs (the stack's floor), with 1 and 2 workers; the rate limiters' cost (none, memory,
-# redis); the Batch API (lines/s vs live requests/s, live traffic during a batch); then the
-# in-process engine vs vLLM's own server (completions, chat, 2 front-ends on one engine, then
-# embeddings on a pooling model).
+# The gateway vs direct on a mock upstream (completions, chat, embeddings and the Responses API,
+# native and translated to chat) beside the bare pass-throughs (the stack's floor), with 1 and 2
+# workers; the rate limiters' cost (none, memory, redis); the Batch API (lines/s vs live
+# requests/s, live traffic during a batch); then the in-process engine vs vLLM's own server
+# (completions, chat, 2 front-ends on one engine, then embeddings on a pooling model).
 bench: install
 	@./scripts/debs.sh $(BENCH_DEBS)
 	$(BIN)/python bench/run.py

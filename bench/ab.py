@@ -26,6 +26,7 @@ from typing import Any
 
 from run import (
     DEFAULT_GATEWAY_CMD,
+    RESPONSES_SCENARIOS,
     SCENARIOS,
     Processes,
     Run,
@@ -42,10 +43,13 @@ from run import (
 
 MIN_RATIO = 0.97
 SIDES = ("before", "after")
+# run.py's scenarios; the Responses API's when named (--scenarios responses,…: both revisions
+# must serve it)
+CHOOSABLE = SCENARIOS + RESPONSES_SCENARIOS
 
 
 def ab(args: argparse.Namespace, tmp: Path) -> list[Run]:
-    chosen = [s for s in SCENARIOS if s.name in args.scenarios]
+    chosen = [s for s in CHOOSABLE if s.name in args.scenarios]
     procs = Processes(tmp)
     try:
         mock = start_mock(procs, args.chunks)
@@ -113,7 +117,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--after", default=DEFAULT_GATEWAY_CMD, help="the newer (this tree)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--min", type=float, default=MIN_RATIO, help="median after / before")
-    add_scenarios(parser)
+    add_scenarios(parser, CHOOSABLE, default=SCENARIOS)
     return parser.parse_args(argv)
 
 

@@ -10,7 +10,8 @@ the counts is what one request costs (client, gateway and upstream: the client a
 the same for any revision of the gateway, so the difference between two revisions is theirs).
 
     .venv/bin/python bench/callgrind.py --compare /tmp/before     # this tree against a worktree
-    .venv/bin/python bench/callgrind.py --endpoint embeddings     # completions, chat, embeddings
+    .venv/bin/python bench/callgrind.py --endpoint embeddings     # completions, chat, embeddings,
+                                                                  # responses(-translated)
     .venv/bin/python bench/callgrind.py --requests 500            # one run, no callgrind
     .venv/bin/python bench/callgrind.py --extra 'request_log: {path: /dev/null}'  # a config's cost
 
@@ -55,7 +56,36 @@ def _exchange(path: str, body: object, answer: object) -> tuple[bytes, bytes]:
 
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}
-# Per endpoint: the client's request and the upstream's answer, and the alias's kind.
+CHAT_ANSWER = {
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "mock-model",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "A test."},
+                 "finish_reason": "stop"}],
+    "usage": USAGE,
+}  # fmt: skip
+RESPONSES_REQUEST = {
+    "model": "bench-model", "input": "Say this is a test", "max_output_tokens": 16, "store": False,
+}  # fmt: skip
+# A response object as OpenAI answers it (the request's fields echoed with OpenAI's defaults).
+RESPONSE_ANSWER = {
+    "id": "resp_" + "0" * 48, "object": "response", "created_at": 1, "status": "completed",
+    "background": False, "completed_at": 1, "error": None, "incomplete_details": None,
+    "instructions": None, "max_output_tokens": 16, "max_tool_calls": None, "model": "mock-model",
+    "output": [{"id": "msg_" + "0" * 48, "type": "message", "status": "completed",
+                "role": "assistant", "content": [{"type": "output_text", "annotations": [],
+                                                  "logprobs": [], "text": "A test."}]}],
+    "parallel_tool_calls": True, "previous_response_id": None, "prompt_cache_key": None,
+    "reasoning": {"effort": None, "summary": None}, "safety_identifier": None,
+    "service_tier": "default", "store": False, "temperature": 1.0,
+    "text": {"format": {"type": "text"}, "verbosity": "medium"}, "tool_choice": "auto",
+    "tools": [], "top_logprobs": 0, "top_p": 1.0, "truncation": "disabled",
+    "usage": {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 10},
+    "user": None, "metadata": {},
+}  # fmt: skip
+COMPATIBLE, OPENAI = "openai-compatible", "openai"
+# Per endpoint: the client's request and the upstream's answer, the alias's kind, and its
+# provider's type (the Responses API: `openai` passes it through, `openai-compatible` makes it
+# a chat completion).
 EXCHANGES = {
     "completions": (
         _exchange(
@@ -68,22 +98,22 @@ EXCHANGES = {
             },
         ),
         "completions",
+        COMPATIBLE,
     ),
     "chat": (
         _exchange(
             "/v1/chat/completions",
             {"model": "bench-model", "max_tokens": 16,
              "messages": [{"role": "user", "content": "Say this is a test"}]},
-            {
-                "id": "chatcmpl-1", "object": "chat.completion", "created": 1,
-                "model": "mock-model",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "A test."},
-                             "finish_reason": "stop"}],
-                "usage": USAGE,
-            },
+            CHAT_ANSWER,
         ),
         "completions",
+        COMPATIBLE,
     ),
+    "responses": (_exchange("/v1/responses", RESPONSES_REQUEST, RESPONSE_ANSWER), "completions",
+                  OPENAI),
+    "responses-translated": (_exchange("/v1/responses", RESPONSES_REQUEST, CHAT_ANSWER),
+                             "completions", COMPATIBLE),
     "embeddings": (
         _exchange(
             "/v1/embeddings",
@@ -96,6 +126,7 @@ EXCHANGES = {
             },
         ),
         "embeddings",
+        COMPATIBLE,
     ),
 }  # fmt: skip
 COUNTS = (200, 1200)  # the two runs' requests
@@ -130,11 +161,11 @@ class Upstream(asyncio.Protocol):
             self.transport.write(self.answer)  # type: ignore[attr-defined]
 
 
-def config(port: int, kind: str) -> str:
+def config(port: int, kind: str, provider: str = COMPATIBLE) -> str:
     """The bench's config, and the YAML of --extra (in EXTRA_ENV) after it."""
     return (
         f"auth: {{keys: [{{id: b, key: {KEY}}}]}}\n"
-        f"providers: {{up: {{type: openai-compatible, base_url: 'http://{HOST}:{port}/v1'}}}}\n"
+        f"providers: {{up: {{type: {provider}, base_url: 'http://{HOST}:{port}/v1'}}}}\n"
         f"models: {{bench-model: {{endpoint: {kind}, "
         "targets: [{provider: up, model: mock-model}]}}\n"
     ) + os.environ.get(EXTRA_ENV, "")
@@ -158,11 +189,11 @@ async def run(requests: int, endpoint: str, direct: bool) -> None:
 
             logfile.FLUSH_S *= SLOWDOWN
     loop = asyncio.get_running_loop()
-    (request, answer), kind = EXCHANGES[endpoint]
+    (request, answer), kind, provider = EXCHANGES[endpoint]
     upstream = await loop.create_server(lambda: Upstream(answer), HOST, 0)
     up_port = upstream.sockets[0].getsockname()[1]
     sock = socket.create_server((HOST, 0))
-    app = create_app(parse(config(up_port, kind)))
+    app = create_app(parse(config(up_port, kind, provider)))
     uv = uvicorn.Config(app, http=GatewayHttpProtocol, lifespan="on", log_level="error")
     server = uvicorn.Server(uv)
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))

@@ -10,6 +10,15 @@ being the bottleneck of anything it is measured against.
                            stream_options.include_usage, then `data: [DONE]`
     POST /v1/chat/completions   the same as a chat completion (`chatcmpl-` ids, the message, a
                            first delta with the role, content deltas, a finish chunk)
+    POST /v1/responses     OpenAI's Responses API: a response object (one message item, the text of
+                           a completion, `status: completed`, usage in the Responses API's words);
+                           with "stream": true OpenAI's event sequence, each event `event: <type>`
+                           and its `data:` line numbered by sequence_number (response.created,
+                           response.in_progress, response.output_item.added,
+                           response.content_part.added, N response.output_text.delta,
+                           response.output_text.done, response.content_part.done,
+                           response.output_item.done, response.completed with the response and
+                           its usage), no `[DONE]`
     POST /v1/embeddings    one embedding per input (--dims floats each, as a list of numbers or
                            OpenAI's base64 of little-endian float32 when asked)
     GET  /health           200
@@ -42,6 +51,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+Json = dict[str, Any]
+
 try:
     import orjson
 
@@ -60,6 +71,8 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
 ID_PLACEHOLDER = b"cmpl-" + b"#" * 24  # same length as every real id, so sizes stay valid
 CHAT_ID_PLACEHOLDER = b"chatcmpl-" + b"#" * 24
+RESPONSE_ID_PLACEHOLDER = b"resp_" + b"#" * 48  # OpenAI's: resp_ and 48 hex digits
+MESSAGE_ID = "msg_" + "0" * 48
 COMPLETION_TEXT = " This is a test. This is a test. This is a test. This is a test."
 COMPLETION_TOKENS = 16
 PROMPT_TOKENS = 5
@@ -208,6 +221,67 @@ def stream_events(model: str, created: int, chunks: int, include_usage: bool) ->
     return [b"data: " + event + b"\n\n" for event in events]
 
 
+def response_object(model: str, created: int, store: bool, text: str, tokens: int) -> Json:
+    """The response object as OpenAI writes it: the request's fields echoed (OpenAI's defaults
+    for the bench's), one message item, usage in the Responses API's words."""
+    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+    item = {"id": MESSAGE_ID, "type": "message", "status": "completed", "content": [part],
+            "role": "assistant"}  # fmt: skip
+    return {
+        "id": RESPONSE_ID_PLACEHOLDER.decode(), "object": "response", "created_at": created,
+        "status": "completed", "background": False, "completed_at": created, "error": None,
+        "incomplete_details": None, "instructions": None, "max_output_tokens": COMPLETION_TOKENS,
+        "max_tool_calls": None, "model": model, "output": [item], "parallel_tool_calls": True,
+        "previous_response_id": None, "prompt_cache_key": None,
+        "reasoning": {"effort": None, "summary": None}, "safety_identifier": None,
+        "service_tier": "default", "store": store, "temperature": 1.0,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"}, "tool_choice": "auto",
+        "tools": [], "top_logprobs": 0, "top_p": 1.0, "truncation": "disabled",
+        "usage": {
+            "input_tokens": PROMPT_TOKENS, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": PROMPT_TOKENS + tokens,
+        },
+        "user": None, "metadata": {},
+    }  # fmt: skip
+
+
+def response_body(model: str, created: int, store: bool) -> bytes:
+    return dumps(response_object(model, created, store, COMPLETION_TEXT, COMPLETION_TOKENS))
+
+
+def response_stream_events(model: str, created: int, chunks: int, store: bool) -> list[bytes]:
+    """OpenAI's Responses stream of one message: `chunks` text deltas (each with OpenAI's
+    obfuscation padding), then the whole response on response.completed."""
+    tokens = [STREAM_TOKENS[i % len(STREAM_TOKENS)] for i in range(chunks)]
+    final = response_object(model, created, store, "".join(tokens), chunks)
+    started = {**final, "status": "in_progress", "completed_at": None, "output": [],
+               "usage": None}  # fmt: skip
+    item = final["output"][0]
+    part = item["content"][0]
+    where = {"item_id": MESSAGE_ID, "output_index": 0}
+    events: list[Json] = [
+        {"type": "response.created", "response": started},
+        {"type": "response.in_progress", "response": started},
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {**item, "status": "in_progress", "content": []}},
+        {"type": "response.content_part.added", **where, "content_index": 0,
+         "part": {**part, "text": ""}},
+        *({"type": "response.output_text.delta", **where, "content_index": 0, "delta": token,
+           "logprobs": [], "obfuscation": "mock0pad"} for token in tokens),
+        {"type": "response.output_text.done", **where, "content_index": 0, "text": part["text"],
+         "logprobs": []},
+        {"type": "response.content_part.done", **where, "content_index": 0, "part": part},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": final},
+    ]  # fmt: skip
+    return [
+        b"event: %s\ndata: %s\n\n"
+        % (event["type"].encode(), dumps({"type": event["type"], "sequence_number": n, **event}))
+        for n, event in enumerate(events)
+    ]
+
+
 def chunked_stream_response(events: list[bytes]) -> bytes:
     head = (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -271,6 +345,19 @@ class Renderer:
         if chat:
             return template.replace(CHAT_ID_PLACEHOLDER, b"chatcmpl-%024x" % next(self.ids))
         return template.replace(ID_PLACEHOLDER, b"cmpl-%024x" % next(self.ids))
+
+    def response(self, model: str, stream: bool, store: bool) -> bytes:
+        key = (model, f"responses-{'stream' if stream else 'json'}-{'store' if store else ''}")
+        template = self.cache.get(key)
+        if template is None:
+            if stream:
+                events = response_stream_events(model, self.created, self.chunks, store)
+                template = chunked_stream_response(events)
+            else:
+                template = http_response(200, response_body(model, self.created, store))
+            if len(self.cache) < MAX_CACHED_MODELS * 3:
+                self.cache[key] = template
+        return template.replace(RESPONSE_ID_PLACEHOLDER, b"resp_%048x" % next(self.ids))
 
     def render(self, model: str, stream: bool, include_usage: bool, chat: bool) -> bytes:
         if not stream:
@@ -424,6 +511,15 @@ def chat(renderer: Renderer, request: dict[str, Any]) -> bytes:
     return completions(renderer, request, chat=True)
 
 
+def responses(renderer: Renderer, request: dict[str, Any]) -> bytes:
+    if not isinstance(request.get("input"), str | list):
+        return error_response(400, "'input' must be a string or an array of items")
+    model = request.get("model")
+    model = model if isinstance(model, str) else "mock-model"
+    store = request.get("store") is not False  # OpenAI's default: stored
+    return renderer.response(model, request.get("stream") is True, store)
+
+
 def embeddings(renderer: Renderer, request: dict[str, Any]) -> bytes:
     count = input_count(request.get("input"))
     if count is None:
@@ -438,6 +534,8 @@ POSTS: dict[bytes, Callable[[Renderer, dict[str, Any]], bytes]] = {
     b"/completions": completions,
     b"/v1/chat/completions": chat,
     b"/chat/completions": chat,
+    b"/v1/responses": responses,
+    b"/responses": responses,
     b"/v1/embeddings": embeddings,
     b"/embeddings": embeddings,
 }

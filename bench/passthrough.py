@@ -2,8 +2,9 @@
 gateway can do.
 
 The pass-throughs do no auth, validation, routing or normalization: each forwards the body of a
-POST to /v1/completions, /v1/chat/completions or /v1/embeddings to the same path upstream over
-one client's pooled connections and relays the answer (JSON, or the SSE bytes as they come).
+POST to /v1/completions, /v1/chat/completions, /v1/embeddings or /v1/responses to the same path
+upstream over one client's pooled connections and relays the answer (JSON, or the SSE bytes as
+they come: a Responses stream's `event:` lines with them).
 Three kinds of app:
 
     starlette  a Starlette app (Request, Response, StreamingResponse): what a proxy written with a
@@ -55,7 +56,8 @@ CLIENT_ENV = "BENCH_PASSTHROUGH_CLIENT"
 KEY_ENV = "BENCH_MINIMAL_KEY"
 MODELS_ENV = "BENCH_MINIMAL_MODELS"  # alias=upstream model,…
 EMBED = "/v1/embeddings"
-FORWARDED = frozenset({"/v1/completions", "/v1/chat/completions", EMBED})
+MINIMAL_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})  # the minimal app's own
+FORWARDED = frozenset({*MINIMAL_PATHS, EMBED, "/v1/responses"})
 JSON_HEADERS = {"content-type": "application/json"}
 SSE = "text/event-stream"
 POOL = 100
@@ -267,7 +269,8 @@ class MinimalApp(RawApp):
     completion id of its own, the request id echoed, the time taken noted. What the gateway
     does beyond it (its declared validation of every field, routing trees with retries and
     breakers, rate limits, Portkey headers, dialect tables, normalization, metrics) is the
-    difference between the two in the bench. Streams and embeddings are relayed as `raw` does."""
+    difference between the two in the bench. Streams, embeddings and the Responses API are
+    relayed as `raw` does."""
 
     def __init__(self, upstream: Upstream, key: str, models: dict[str, str]) -> None:
         super().__init__(upstream)
@@ -277,7 +280,7 @@ class MinimalApp(RawApp):
         self.took: list[float] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] in FORWARDED and scope["path"] != EMBED:
+        if scope["type"] == "http" and scope["path"] in MINIMAL_PATHS:
             try:
                 await self.serve(scope, receive, send)
             except Refused as refused:

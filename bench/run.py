@@ -17,6 +17,16 @@ for each scenario it runs a warm-up and a measured wrk run against each target:
     embeddings-float  the same with floats (each array checked to hold numbers, relayed as written)
     chat        32 connections, POST /v1/chat/completions: requests/s and the ratio to direct
     chat-streaming   8 connections, 64-chunk chat streams: requests/s and p50
+    responses   32 connections, POST /v1/responses (`"store": false`) through an alias of type
+                `openai`, passed through to the mock's own /v1/responses: as chat, held to its
+                budget (direct, the gateway and the pass-throughs passthrough and raw only)
+    responses-streaming   8 connections, Responses streams of 64 text deltas: as chat-streaming
+    responses-translated(-streaming)   the same requests through an `openai-compatible` alias:
+                translated to a chat completion to the mock's chat route and back (the chat
+                stream made OpenAI's event sequence); the gateway only, reported against the
+                native gateway's row (requests/s, and p50) and the gateway's chat; no budget
+    responses-stored   responses with `"store": true` (kept in the files store, a temporary
+                directory): the gateway only, against the responses row; no budget
     throughput-tls   throughput with the upstream over TLS: a second mock serving HTTPS with a
                 certificate from a test CA made at the start (trustme), the gateway's alias
                 `bench-model-tls` routed to it with the CA as its provider's `tls.ca_file`
@@ -76,8 +86,18 @@ MIN_EMBEDDINGS_VS_PASSTHROUGH = {"embeddings": 0.5, "embeddings-float": 0.6}
 MIN_SCALING = 1.6  # 2 workers against 1, requests/s at 32 connections
 WORKERS = 2  # the scaled targets' workers
 CHAT = "chat/completions"
-MOCK_MODELS = {"completions": "mock-model", CHAT: "mock-model", "embeddings": "mock-embed"}
-GATEWAY_MODELS = {"completions": "bench-model", CHAT: "bench-model", "embeddings": "bench-embed"}
+RESPONSES = "responses"
+# The models' key of the Responses API on the translated path: an alias whose provider speaks
+# chat completions only (the plain one, RESPONSES, is an alias of type `openai`: native).
+TRANSLATED = "responses/chat"
+MOCK_MODELS = {
+    "completions": "mock-model", CHAT: "mock-model", "embeddings": "mock-embed",
+    RESPONSES: "mock-model",
+}  # fmt: skip
+GATEWAY_MODELS = {
+    "completions": "bench-model", CHAT: "bench-model", "embeddings": "bench-embed",
+    RESPONSES: "bench-responses", TRANSLATED: "bench-model",
+}  # fmt: skip
 GATEWAY_TLS_MODELS = {"completions": "bench-model-tls", CHAT: "bench-model-tls"}
 CHAT_MESSAGES = ({"role": "user", "content": "Say this is a test"},)
 EMBED_INPUTS = tuple(f"The quick brown fox number {i} jumps over the lazy dog." for i in range(16))
@@ -94,6 +114,13 @@ class Scenario:
     endpoint: str = "completions"  # POST /v1/<endpoint>
     encoding: str = "float"  # embeddings' encoding_format
     tls: bool = False  # the gateway's upstream (and direct) over TLS: the HTTPS mock's targets
+    models: str = ""  # the key of the targets' models, when not the endpoint's
+    targets: tuple[str, ...] = ()  # the targets it runs on: all when empty
+    store: bool = False  # a Responses request's `store`
+
+    @property
+    def model_key(self) -> str:
+        return self.models or self.endpoint
 
     @property
     def plain(self) -> str:
@@ -112,14 +139,46 @@ SCENARIOS = (
     Scenario("chat-streaming", threads=1, connections=8, stream=True, endpoint=CHAT),
 )
 STREAMING = SCENARIOS[2]
-# The scenarios held to the throughput budget: completions, and chat to the same.
-THROUGHPUT_SCENARIOS = {"throughput": "throughput", "chat": "chat throughput"}
-STREAMING_SCENARIOS = {"streaming": "streams", "chat-streaming": "chat streams"}
+# The scenarios held to the throughput budget: completions, and chat and the Responses API (its
+# native path) to the same; and to the streaming budget.
+THROUGHPUT_SCENARIOS = {
+    "throughput": "throughput", "chat": "chat throughput", "responses": "responses throughput",
+}  # fmt: skip
+STREAMING_SCENARIOS = {
+    "streaming": "streams", "chat-streaming": "chat streams",
+    "responses-streaming": "responses streams",
+}  # fmt: skip
 SCALED = "throughput"  # the scenario also run against the 2-worker targets
+# The Responses API, `"store": false` (nothing kept): run by this script (and ab.py when asked),
+# not by default by the benches that take SCENARIOS. The native path (an `openai` alias, passed
+# through to the mock's /v1/responses) against direct and the two pass-throughs that say most
+# (the client libraries' and uvicorn's protocol say nothing new here), held to chat's budgets;
+# the translated path (an `openai-compatible` alias: a chat completion to the mock) and a
+# stored variant on the gateway only, each against the native gateway's row.
+RESPONSES_TARGETS = ("direct", "gateway", "passthrough", "raw")
+RESPONSES_SCENARIOS = (
+    Scenario("responses", threads=2, connections=32, endpoint=RESPONSES,
+             targets=RESPONSES_TARGETS),
+    Scenario("responses-streaming", threads=1, connections=8, stream=True, endpoint=RESPONSES,
+             targets=RESPONSES_TARGETS),
+    Scenario("responses-translated", threads=2, connections=32, endpoint=RESPONSES,
+             models=TRANSLATED, targets=("gateway",)),
+    Scenario("responses-translated-streaming", threads=1, connections=8, stream=True,
+             endpoint=RESPONSES, models=TRANSLATED, targets=("gateway",)),
+    Scenario("responses-stored", threads=2, connections=32, endpoint=RESPONSES, store=True,
+             targets=("gateway",)),
+)  # fmt: skip
+# The gateway-only scenarios: each against the gateway's row of the native scenario, and (the
+# translated ones, which make a chat call upstream) of the chat scenario it calls.
+BESIDE = {
+    "responses-translated": ("responses", "chat"),
+    "responses-translated-streaming": ("responses-streaming", "chat-streaming"),
+    "responses-stored": ("responses", None),
+}
 # The TLS scenarios: run by this script only (after the plain ones, on the same gateway, whose
 # config holds the HTTPS mock's alias), not by the benches that take SCENARIOS (ab.py, …).
 TLS_SCENARIOS = (Scenario("throughput-tls", threads=2, connections=32, tls=True),)
-ALL_SCENARIOS = SCENARIOS + TLS_SCENARIOS
+ALL_SCENARIOS = SCENARIOS + RESPONSES_SCENARIOS + TLS_SCENARIOS
 TLS_NAMES = frozenset(s.name for s in TLS_SCENARIOS)
 # The 1-worker targets beside direct, and the scaled ones (the gateway's and the floor's).
 # The pass-throughs of bench/passthrough.py: on the gateway's own client, and the raw one on
@@ -277,10 +336,13 @@ def cpu_seconds(pid: int) -> float:
 
 
 def body_file(tmp: Path, target: Target, scenario: Scenario) -> Path:
-    model = target.models[scenario.endpoint]
+    model = target.models[scenario.model_key]
     body: dict[str, Any] = {"model": model}
     if scenario.endpoint == "embeddings":
         body |= {"input": list(EMBED_INPUTS), "encoding_format": scenario.encoding}
+    elif scenario.endpoint == RESPONSES:
+        body |= {"input": "Say this is a test", "max_output_tokens": 16, "temperature": 0,
+                 "store": scenario.store}  # fmt: skip
     elif scenario.endpoint == CHAT:
         body |= {"messages": list(CHAT_MESSAGES), "max_tokens": 16, "temperature": 0}
     else:
@@ -372,6 +434,9 @@ def check_probe(name: str, text: str, scenario: Scenario) -> None:
         if not isinstance(data, list) or len(data) != len(EMBED_INPUTS):
             raise BenchError(f"{name} embeddings probe: not {len(EMBED_INPUTS)} embeddings")
         return
+    if scenario.endpoint == RESPONSES:
+        check_response_probe(name, text, scenario)
+        return
     if scenario.stream:
         chunks = [line for line in text.splitlines() if line.startswith("data: {")]
         if not text.rstrip().endswith("data: [DONE]") or len(chunks) < 2:
@@ -380,6 +445,48 @@ def check_probe(name: str, text: str, scenario: Scenario) -> None:
     answer = json.loads(text)
     if not answer.get("choices"):
         raise BenchError(f"{name} probe: no choices in {text[:2000]}")
+
+
+ENDS = ("response.completed", "response.incomplete")  # a Responses stream's last events
+
+
+def check_response_probe(name: str, text: str, scenario: Scenario) -> None:
+    """A response (`store` as asked), or OpenAI's event sequence: numbered from 0, each `data:`
+    of its `event:`'s type, from response.created to the response's end, whose response's text
+    is the deltas'. Completed, or incomplete: the mock's chat answers stop at `length`, which
+    the translated path tells as OpenAI does (max_output_tokens)."""
+    if not scenario.stream:
+        response = json.loads(text)
+    else:
+        events: list[dict[str, Any]] = []
+        for block in text.split("\n\n"):
+            if not block.strip():
+                continue
+            head, _, data = block.partition("\ndata: ")
+            event = json.loads(data)
+            if head != f"event: {event.get('type')}" or event.get("sequence_number") != len(events):
+                raise BenchError(f"{name} responses probe: event {len(events)}: {block[:2000]}")
+            events.append(event)
+        kinds = [event["type"] for event in events]
+        deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+        if kinds[:1] != ["response.created"] or kinds[-1] not in ENDS:
+            raise BenchError(f"{name} responses probe: events {kinds}")
+        response = events[-1]["response"]
+        if len(deltas) < 2 or response_text(response) != "".join(deltas):
+            raise BenchError(f"{name} responses probe: {len(deltas)} deltas, {response}")
+    if response.get("status") not in ("completed", "incomplete") or not response_text(response):
+        raise BenchError(f"{name} responses probe: {json.dumps(response)[:2000]}")
+    if response.get("store") is not scenario.store:
+        raise BenchError(f"{name} responses probe: store {response.get('store')!r}")
+
+
+def response_text(response: dict[str, Any]) -> str:
+    return "".join(
+        part.get("text", "")
+        for item in response.get("output", ())
+        if item.get("type") == "message"
+        for part in item.get("content", ())
+    )
 
 
 # ---------------------------------------------------------------- report
@@ -519,9 +626,13 @@ def versus(
     run: Run,
     compared: dict[str, dict[str, dict[str, float]]],
     over_plain: dict[str, dict[str, float]] | None = None,
+    beside: Beside | None = None,
 ) -> str:
-    """The run against direct; a TLS run's also against its plain scenario's (`tls_ratios`)."""
+    """The run against direct; a TLS run's also against its plain scenario's (`tls_ratios`); a
+    gateway-only run's against the gateway's rows it is measured beside (`beside_ratios`)."""
     plain = (over_plain or {}).get(run.scenario, {}).get(run.target)
+    if run.scenario in BESIDE:
+        return beside_text(run.scenario, beside or {})
     c = compared.get(run.target, {}).get(run.scenario)
     if run.scenario in TLS_NAMES:
         parts = [] if c is None else [f"{100 * c['throughput_ratio']:.1f}% of direct req/s"]
@@ -539,6 +650,57 @@ def versus(
     return ratio
 
 
+Beside = dict[str, dict[str, dict[str, Any]]]  # scenario → {"native"|"chat": its figures}
+
+
+def beside_ratios(runs: list[Run]) -> Beside:
+    """Each gateway-only scenario (BESIDE) against the gateway's run of its native scenario, and
+    of the chat scenario it calls: requests/s and p50, where both ran."""
+    by = index(runs)
+    out: Beside = {}
+    for scenario, (native, chat) in BESIDE.items():
+        mine = by.get((scenario, "gateway"))
+        for key, other in (("native", native), ("chat", chat)):
+            theirs = None if other is None else by.get((other, "gateway"))
+            if mine is None or theirs is None:
+                continue
+            out.setdefault(scenario, {})[key] = {
+                "scenario": other,
+                "throughput_ratio": round(mine.requests_per_s / theirs.requests_per_s, 4),
+                "p50_ratio": round(mine.latency_ms["p50"] / theirs.latency_ms["p50"], 4),
+                "added_p50_ms": round(mine.latency_ms["p50"] - theirs.latency_ms["p50"], 3),
+            }
+    return out
+
+
+def beside_text(scenario: str, beside: Beside) -> str:
+    parts = []
+    for key, c in beside.get(scenario, {}).items():
+        what = "native" if key == "native" else "chat"
+        parts.append(
+            f"{100 * c['throughput_ratio']:.1f}% of the {what} gateway's req/s "
+            f"({c['scenario']}), p50 {c['p50_ratio']:.2f}x ({c['added_p50_ms']:+.3f} ms)"
+        )
+    return "; ".join(parts)
+
+
+def responses_shares(runs: list[Run]) -> dict[str, dict[str, float]]:
+    """The Responses API's native scenarios: the gateway's requests/s against direct and the two
+    pass-throughs (its share of what a bare relay of the same bytes serves)."""
+    by = index(runs)
+    out: dict[str, dict[str, float]] = {}
+    for scenario in RESPONSES_SCENARIOS:
+        gateway = by.get((scenario.name, "gateway"))
+        if gateway is None or scenario.name in BESIDE:
+            continue
+        for other in ("direct", "passthrough", "raw"):
+            theirs = by.get((scenario.name, other))
+            if theirs is not None:
+                ratio = round(gateway.requests_per_s / theirs.requests_per_s, 4)
+                out.setdefault(scenario.name, {})[other] = ratio
+    return out
+
+
 def contention_warnings(runs: list[Run]) -> list[str]:
     """Under load one gateway worker should use a whole CPU; less means others took the CPUs."""
     warnings = []
@@ -554,7 +716,7 @@ def contention_warnings(runs: list[Run]) -> list[str]:
 
 def beside_plain(runs: list[Run]) -> list[Run]:
     """The runs in the table's order: each TLS scenario's right after its plain one."""
-    order = {s.name: i for i, s in enumerate(SCENARIOS)}
+    order = {s.name: i for i, s in enumerate(SCENARIOS + RESPONSES_SCENARIOS)}
     tls = {s.name: order.get(s.plain, len(order)) for s in TLS_SCENARIOS}
     return sorted(runs, key=lambda run: (tls.get(run.scenario, order.get(run.scenario, -1)),
                                          run.scenario in tls))  # fmt: skip
@@ -565,6 +727,7 @@ def markdown(
     compared: dict[str, dict[str, dict[str, float]]],
     env: dict[str, Any],
     over_plain: dict[str, dict[str, float]] | None = None,
+    beside: Beside | None = None,
 ) -> str:
     lines = [
         "| scenario | target | req/s | p50 ms | p99 ms | server CPU | vs direct |",
@@ -576,7 +739,7 @@ def markdown(
         lines.append(
             f"| {label} | {run.target} | {run.requests_per_s:,.0f} | "
             f"{run.latency_ms['p50']:.3f} | {run.latency_ms['p99']:.3f} | {cpu} | "
-            f"{versus(run, compared, over_plain)} |"
+            f"{versus(run, compared, over_plain, beside)} |"
         )
     lines.append("")
     lines.append(
@@ -595,6 +758,14 @@ def markdown(
             "test CA (the gateway's provider trusts it by tls.ca_file and verifies it), direct = "
             "wrk to that mock over https; the same gateway process, its alias bench-model-tls; "
             "no budget."
+        )
+    if any(run.scenario.startswith("responses") for run in runs):
+        lines[-1] += (
+            " responses: POST /v1/responses with store false, through bench-responses (provider "
+            "type openai: passed through to the mock's /v1/responses); -translated: through "
+            "bench-model (openai-compatible: a chat completion to the mock, made a response and "
+            "its events by the gateway), the gateway only, against its native and chat rows; "
+            "-stored: store true (the files store in a temporary directory), no budget."
         )
     return "\n".join(lines)
 
@@ -623,10 +794,16 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def write_config(
-    tmp: Path, gateway_port: int, mock_port: int, tls_mock: Target | None = None
+    tmp: Path,
+    gateway_port: int,
+    mock_port: int,
+    tls_mock: Target | None = None,
+    files: Path | None = None,
 ) -> Path:
     """The gateway's config; with `tls_mock` (the HTTPS mock), its provider `mock-tls` (the
-    bench's CA in `tls.ca_file`) and the alias `bench-model-tls` on it."""
+    bench's CA in `tls.ca_file`) and the alias `bench-model-tls` on it; with `files`, the files
+    store there (where stored responses go). `bench-model` (openai-compatible) serves the
+    Responses API translated to chat, `bench-responses` (openai) passes it through."""
     tls_provider = tls_model = ""
     if tls_mock is not None:
         assert tls_mock.ca_file is not None
@@ -636,6 +813,7 @@ def write_config(
             f"tls: {{ca_file: {ca_file}}}}}\n"
         )
         tls_model = "  bench-model-tls: {targets: [{provider: mock-tls, model: mock-model}]}\n"
+    files_store = "" if files is None else f"files: {{store: {json.dumps(str(files))}}}\n"
     path = tmp / "gateway.yaml"
     path.write_text(
         f"server: {{host: {HOST}, port: {gateway_port}}}\n"
@@ -648,10 +826,12 @@ def write_config(
         f"{tls_provider}"
         "models:\n"
         "  bench-model: {targets: [{provider: mock, model: mock-model}]}\n"
+        "  bench-responses: {targets: [{provider: mock-openai, model: mock-model}]}\n"
         "  bench-embed:\n"
         "    endpoint: embeddings\n"
         "    targets: [{provider: mock-openai, model: mock-embed}]\n"
         f"{tls_model}"
+        f"{files_store}"
     )
     return path
 
@@ -747,7 +927,7 @@ def start_minimal(procs: Processes, mock: Target) -> Target:
     """bench/passthrough.py's minimal gateway, with the gateway's key and aliases."""
     port = free_port()
     script = str(BENCH_DIR / "passthrough.py")
-    models = ",".join(f"{GATEWAY_MODELS[e]}={MOCK_MODELS[e]}" for e in GATEWAY_MODELS)
+    models = ",".join(f"{GATEWAY_MODELS[e]}={MOCK_MODELS[e]}" for e in MOCK_MODELS)
     cmd = [sys.executable, script, "--upstream", mock.root, "--host", HOST, "--port", str(port)]
     cmd += ["--minimal", API_KEY, "--models", models]
     proc = procs.start(MINIMAL, cmd)
@@ -769,7 +949,7 @@ def start_gateway(
     port = free_port()
     mock_port = urllib.parse.urlsplit(mock_url).port
     assert mock_port is not None
-    config = write_config(tmp, port, mock_port, tls_mock)
+    config = write_config(tmp, port, mock_port, tls_mock, tmp / "files")
     proc = procs.start(name, [*gateway_command(template, config, port, workers), *extra])
     wait_ready(f"http://{HOST}:{port}/readyz", procs, name)
     root = f"http://{HOST}:{port}"
@@ -864,6 +1044,8 @@ def run_tls(
 
 
 def runs_on(target: Target, scenario: Scenario) -> bool:
+    if scenario.targets and target.name not in scenario.targets:
+        return False
     return target.name != MINIMAL or scenario.name in MINIMAL_SCENARIOS
 
 
@@ -888,9 +1070,11 @@ def report(measured: Measured, args: argparse.Namespace) -> int:
     env = environment(args)
     compared = {name: comparisons(runs, name) for name in COMPARED}
     over_plain = tls_ratios(runs)
+    beside = beside_ratios(runs)
+    shares = responses_shares(runs)
     checks = budgets(compared)
     failed_runs = [run for run in runs if run.error_count]
-    print(markdown(runs, compared, env, over_plain))
+    print(markdown(runs, compared, env, over_plain, beside))
     print()
     for c in checks:
         verdict = "FAIL" if not c["ok"] else "FLOOR" if c["floor"] else "PASS"
@@ -906,6 +1090,11 @@ def report(measured: Measured, args: argparse.Namespace) -> int:
             f"{seen['upstream_requests']:,} requests on {seen['upstream_new_tls_connections']} "
             "new TLS connections (warm-up included)"
         )
+    for scenario, share in shares.items():
+        print(f"RESP  {scenario}: gateway / " + ", ".join(
+            f"{other} {100 * ratio:.1f}%" for other, ratio in share.items()))  # fmt: skip
+    for scenario in beside:
+        print(f"RESP  {scenario}: {beside_text(scenario, beside)}")
     results: dict[str, Any] = {
         "environment": env,
         "runs": [asdict(run) for run in runs],
@@ -915,6 +1104,10 @@ def report(measured: Measured, args: argparse.Namespace) -> int:
     if tls_seen.get("upstream"):
         # each TLS scenario's direct and gateway req/s over its plain scenario's; no budget
         results["tls"] = {"vs_plain": over_plain, **tls_seen}
+    if shares or beside:
+        # the native path's gateway against direct and the pass-throughs; the translated path
+        # and the stored variant against the native gateway (and the chat one); no budget
+        results["responses"] = {"gateway_share": shares, "beside": beside}
     return finish(args, results, checks, failed=bool(failed_runs))
 
 
@@ -937,15 +1130,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def add_scenarios(
-    parser: argparse.ArgumentParser, scenarios: tuple[Scenario, ...] = SCENARIOS
+    parser: argparse.ArgumentParser,
+    scenarios: tuple[Scenario, ...] = SCENARIOS,
+    default: tuple[Scenario, ...] | None = None,
 ) -> None:
-    """--chunks and --scenarios (of `scenarios`, all by default), as every bench on the mock
-    takes them."""
+    """--chunks and --scenarios (of `scenarios`; `default`, else all, by default), as every
+    bench on the mock takes them."""
     parser.add_argument("--chunks", type=int, default=64, help="chunks per mock stream")
     parser.add_argument(
         "--scenarios",
         type=lambda text: text.split(","),
-        default=[s.name for s in scenarios],
+        default=[s.name for s in (scenarios if default is None else default)],
         help="comma-separated subset of: " + ",".join(s.name for s in scenarios),
     )
 
