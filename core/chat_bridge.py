@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from core.answers import ChatChoice, ChatCompletion, ResponseAnswer, Usage
@@ -47,15 +48,17 @@ GATEWAY_OWN = frozenset(
      "parallel_tool_calls", "text", "reasoning", "include", "top_logprobs", "truncation")
 )  # fmt: skip
 # A chat field's refusal, told in the words of the Responses field it was made from.
-RESPONSES_NAME = {
-    "max_completion_tokens": "max_output_tokens",
-    "max_tokens": "max_output_tokens",
-    "response_format": "text.format",
-    "verbosity": "text.verbosity",
-    "reasoning_effort": "reasoning.effort",
-    "logprobs": "include",
-    "messages": "input",
-}
+RESPONSES_NAME: Mapping[str, str] = MappingProxyType(
+    {
+        "max_completion_tokens": "max_output_tokens",
+        "max_tokens": "max_output_tokens",
+        "response_format": "text.format",
+        "verbosity": "text.verbosity",
+        "reasoning_effort": "reasoning.effort",
+        "logprobs": "include",
+        "messages": "input",
+    }
+)
 LOGPROBS = "message.output_text.logprobs"
 # `include` values a chat target can serve: the logprobs, and what concerns the request's own
 # images (nothing to add to a chat's answer).

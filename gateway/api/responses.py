@@ -11,8 +11,9 @@ replay of a background response's events, is refused: the gateway does not keep 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from urllib.parse import parse_qsl
 
 import orjson
@@ -28,7 +29,7 @@ PREFIXES = ("/v1/responses/", "/responses/")
 # OpenAI's values of `include` (the SDK's ResponseIncludable): accepted, and nothing more done.
 # `include` as the SDK sends it (`include[]=…`, repeated) and as it may be written by hand.
 INCLUDE_NAMES = ("include", "include[]")
-BOOLEANS = {"true": True, "false": False}
+BOOLEANS: Mapping[str, bool] = MappingProxyType({"true": True, "false": False})
 SHOWN = 40  # of a bad value, the characters an error repeats
 
 Pairs = Sequence[tuple[str, str]]

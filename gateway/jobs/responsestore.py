@@ -23,6 +23,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple, NotRequired, TypedDict
 
 import obstore
@@ -43,22 +44,24 @@ SHOWN_ID = 100  # of an id that names nothing, the characters an error repeats
 
 # An input item's id when it came without one (OpenAI's prefixes), and whether OpenAI's item of
 # that type has a `status` (then listed as "completed" when it came without one).
-ITEM_KINDS: dict[str, tuple[str, bool]] = {
-    "message": ("msg_", True),
-    "function_call": ("fc_", True),
-    "function_call_output": ("fco_", True),
-    "custom_tool_call": ("ctc_", True),
-    "custom_tool_call_output": ("ctco_", True),
-    "computer_call_output": ("cuo_", True),
-    "reasoning": ("rs_", False),
-}
+ITEM_KINDS: Mapping[str, tuple[str, bool]] = MappingProxyType(
+    {
+        "message": ("msg_", True),
+        "function_call": ("fc_", True),
+        "function_call_output": ("fco_", True),
+        "custom_tool_call": ("ctc_", True),
+        "custom_tool_call_output": ("ctco_", True),
+        "computer_call_output": ("cuo_", True),
+        "reasoning": ("rs_", False),
+    }
+)
 OTHER_KIND = ("item_", False)
 # A message's string content as OpenAI lists it: one text part, an output text for what the
 # assistant said, an input text for any other role.
-TEXT_PARTS: dict[str, dict[str, Any]] = {
-    "assistant": {"type": "output_text", "annotations": []},
-}
-INPUT_TEXT: dict[str, Any] = {"type": "input_text"}
+TEXT_PARTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {"assistant": MappingProxyType({"type": "output_text", "annotations": ()})}
+)
+INPUT_TEXT: Mapping[str, Any] = MappingProxyType({"type": "input_text"})
 
 Item = dict[str, Any]
 Clock = Callable[[], float]

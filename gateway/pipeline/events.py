@@ -23,7 +23,6 @@ from gateway.pipeline.sse import Head, StreamResult
 log = logging.getLogger("gateway.sse")
 # The events that end a response: after one, a failure has been told already.
 ENDINGS = frozenset(("response.completed", "response.incomplete", "response.failed"))
-END = {"type": "http.response.body", "body": b"", "more_body": False}
 
 
 class Events:
@@ -89,7 +88,7 @@ async def pump_events(
         aclose = getattr(rest, "aclose", None)
         if aclose is not None:
             await aclose()
-    await send(END)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _write(
