@@ -18,7 +18,9 @@ from core import structured as rf
 from core.checks import obj
 from core.completions import (
     EXTENSIONS,
+    MIROSTAT_RULE,
     SAMPLING,
+    STREAM_OPTIONS_RULE,
     VLLM_EXTRAS,
     CrossCheck,
     RequestLimits,
@@ -101,11 +103,7 @@ class ChatRequest:
 
 
 CROSS_CHECKS = (
-    CrossCheck(
-        lambda f: "stream_options" in f and not f.get("stream", False),
-        "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-        "stream_options",
-    ),
+    STREAM_OPTIONS_RULE,
     CrossCheck(
         lambda f: "top_logprobs" in f and not f.get("logprobs", False),
         "'top_logprobs' requires 'logprobs' to be true.",
@@ -123,11 +121,7 @@ CROSS_CHECKS = (
         "'tools' are specified.",
         "parallel_tool_calls",
     ),
-    CrossCheck(
-        lambda f: "mirostat_lr" in f and "mirostat_target" not in f,
-        "'mirostat_lr' requires 'mirostat_target'.",
-        "mirostat_lr",
-    ),
+    MIROSTAT_RULE,
 )
 
 

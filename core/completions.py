@@ -169,12 +169,20 @@ def cross_check(rules: tuple[CrossCheck, ...], fields: Mapping[str, Any]) -> Non
             raise InvalidRequest(rule.message, param=rule.param)
 
 
+# The rules between fields every generation request has (completions, chat, responses).
+STREAM_OPTIONS_RULE = CrossCheck(
+    lambda f: "stream_options" in f and not f.get("stream", False),
+    "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+    "stream_options",
+)
+MIROSTAT_RULE = CrossCheck(
+    lambda f: "mirostat_lr" in f and "mirostat_target" not in f,
+    "'mirostat_lr' requires 'mirostat_target'.",
+    "mirostat_lr",
+)
+
 CROSS_CHECKS = (
-    CrossCheck(
-        lambda f: "stream_options" in f and not f.get("stream", False),
-        "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-        "stream_options",
-    ),
+    STREAM_OPTIONS_RULE,
     CrossCheck(
         lambda f: f.get("best_of") not in (None, 1) and bool(f.get("stream", False)),
         "'best_of' cannot be used with 'stream'.",
@@ -185,11 +193,7 @@ CROSS_CHECKS = (
         "'best_of' must be greater than or equal to 'n'.",
         "best_of",
     ),
-    CrossCheck(
-        lambda f: "mirostat_lr" in f and "mirostat_target" not in f,
-        "'mirostat_lr' requires 'mirostat_target'.",
-        "mirostat_lr",
-    ),
+    MIROSTAT_RULE,
     CrossCheck(
         lambda f: f.get("max_tokens") == 0 and not f.get("echo", False),
         "'max_tokens' may be 0 only with 'echo'.",

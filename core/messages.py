@@ -27,14 +27,16 @@ MAX_METADATA_KEYS = 16  # OpenAI's: 16 pairs, keys up to 64 characters, values u
 MAX_FUNCTION_NAME = 64
 
 
-def _missing(name: str) -> InvalidRequest:
+def missing(name: str) -> InvalidRequest:
+    """OpenAI's words for a required key that is absent (or null)."""
     return InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
 
 
-def _required(message: Mapping[str, Any], key: str, name: str) -> Any:
+def required(message: Mapping[str, Any], key: str, name: str) -> Any:
+    """`message[key]`, or a 400 naming `name.key`."""
     value = message.get(key)
     if value is None:
-        raise _missing(f"{name}.{key}")
+        raise missing(f"{name}.{key}")
     return value
 
 
@@ -42,12 +44,12 @@ def _part(part: Any, name: str, kinds: tuple[str, ...]) -> None:
     obj(part, name)
     kind = choice(*kinds)(part.get("type"), f"{name}.type")
     if kind in ("text", "refusal"):
-        string(_required(part, kind, name), f"{name}.{kind}")
+        string(required(part, kind, name), f"{name}.{kind}")
     elif kind == "image_url":
-        image = obj(_required(part, "image_url", name), f"{name}.image_url")
-        string(_required(image, "url", f"{name}.image_url"), f"{name}.image_url.url")
+        image = obj(required(part, "image_url", name), f"{name}.image_url")
+        string(required(image, "url", f"{name}.image_url"), f"{name}.image_url.url")
     else:  # input_audio, file: their own objects
-        obj(_required(part, kind, name), f"{name}.{kind}")
+        obj(required(part, kind, name), f"{name}.{kind}")
 
 
 def content(v: Any, name: str, role: str) -> None:
@@ -66,11 +68,11 @@ def _parts(v: Any, name: str, kinds: tuple[str, ...]) -> None:
 
 def tool_call(v: Any, name: str) -> None:
     obj(v, name)
-    string(_required(v, "id", name), f"{name}.id")
-    choice("function")(_required(v, "type", name), f"{name}.type")
-    function = obj(_required(v, "function", name), f"{name}.function")
-    string(_required(function, "name", f"{name}.function"), f"{name}.function.name")
-    string(_required(function, "arguments", f"{name}.function"), f"{name}.function.arguments")
+    string(required(v, "id", name), f"{name}.id")
+    choice("function")(required(v, "type", name), f"{name}.type")
+    function = obj(required(v, "function", name), f"{name}.function")
+    string(required(function, "name", f"{name}.function"), f"{name}.function.name")
+    string(required(function, "arguments", f"{name}.function"), f"{name}.function.arguments")
 
 
 def _assistant(m: Mapping[str, Any], name: str) -> None:
@@ -83,18 +85,18 @@ def _assistant(m: Mapping[str, Any], name: str) -> None:
     if m.get("content") is not None:
         content(m["content"], f"{name}.content", "assistant")
     elif not calls and m.get("function_call") is None and m.get("refusal") is None:
-        raise _missing(f"{name}.content")
+        raise missing(f"{name}.content")
     if m.get("refusal") is not None:
         string(m["refusal"], f"{name}.refusal")
 
 
 def _with_content(role: str) -> Callable[[Mapping[str, Any], str], None]:
     def check(m: Mapping[str, Any], name: str) -> None:
-        content(_required(m, "content", name), f"{name}.content", role)
+        content(required(m, "content", name), f"{name}.content", role)
         if role == "tool":
-            string(_required(m, "tool_call_id", name), f"{name}.tool_call_id")
+            string(required(m, "tool_call_id", name), f"{name}.tool_call_id")
         if role == "function":
-            string(_required(m, "name", name), f"{name}.name")
+            string(required(m, "name", name), f"{name}.name")
 
     return check
 
@@ -128,7 +130,7 @@ def _custom(m: Mapping[str, Any], name: str) -> None:
 
 def message(v: Any, name: str) -> None:
     m = obj(v, name)
-    role = _required(m, "role", name)
+    role = required(m, "role", name)
     check = BY_ROLE.get(role) if type(role) is str else None
     if check is None and (type(role) is not str or not role):
         openai_role(role, f"{name}.role")  # not a role at all: OpenAI's words
@@ -158,7 +160,7 @@ def messages(v: Any, name: str) -> list[Any]:
 def function_definition(v: Any, name: str) -> None:
     """A function's name (OpenAI's rules), description, parameters and strict."""
     f = obj(v, name)
-    fname = string(_required(f, "name", name), f"{name}.name")
+    fname = string(required(f, "name", name), f"{name}.name")
     if (
         not fname
         or len(fname) > MAX_FUNCTION_NAME
@@ -179,8 +181,8 @@ def tools(v: Any, name: str) -> list[Any]:
     for i, tool in enumerate(v):
         where = f"{name}[{i}]"
         obj(tool, where)
-        choice("function")(_required(tool, "type", where), f"{where}.type")
-        function_definition(_required(tool, "function", where), f"{where}.function")
+        choice("function")(required(tool, "type", where), f"{where}.type")
+        function_definition(required(tool, "function", where), f"{where}.function")
     return v
 
 
@@ -189,9 +191,9 @@ def tool_choice(v: Any, name: str) -> Any:
     if type(v) is str:
         return choice(*TOOL_CHOICES)(v, name)
     named = obj(v, name)
-    choice("function")(_required(named, "type", name), f"{name}.type")
-    function = obj(_required(named, "function", name), f"{name}.function")
-    string(_required(function, "name", f"{name}.function"), f"{name}.function.name")
+    choice("function")(required(named, "type", name), f"{name}.type")
+    function = obj(required(named, "function", name), f"{name}.function")
+    string(required(function, "name", f"{name}.function"), f"{name}.function.name")
     return v
 
 

@@ -25,6 +25,7 @@ from core.errors import InvalidRequest
 # The name rules OpenAI states for a function tool hold for a json_schema format too (name of
 # a-z, A-Z, 0-9, _ and -, at most 64; description; strict): one rule, core.messages'.
 from core.messages import function_definition as named_schema
+from core.messages import required
 
 Check = Callable[[dict[str, Any], str], None]
 
@@ -96,27 +97,16 @@ ORDERS = ("asc", "desc")
 CHOICES_WITHOUT_TOOLS = ("none", "auto")
 
 
-def missing(name: str) -> InvalidRequest:
-    return InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
-
-
-def _required(v: Mapping[str, Any], key: str, name: str) -> Any:
-    value = v.get(key)
-    if value is None:
-        raise missing(f"{name}.{key}")
-    return value
-
-
 NOTHING: Mapping[str, Validator] = MappingProxyType({})
 
 
-def shape(required: Mapping[str, Validator], optional: Mapping[str, Validator] = NOTHING) -> Check:
+def shape(needed: Mapping[str, Validator], optional: Mapping[str, Validator] = NOTHING) -> Check:
     """An object's keys: the required ones (null: missing) and the optional ones (null: absent),
     each with its check. Other keys are kept as sent."""
 
     def check(v: dict[str, Any], name: str) -> None:
-        for key, each in required.items():
-            each(_required(v, key, name), f"{name}.{key}")
+        for key, each in needed.items():
+            each(required(v, key, name), f"{name}.{key}")
         for key, each in optional.items():
             if v.get(key) is not None:
                 each(v[key], f"{name}.{key}")
@@ -163,7 +153,7 @@ def typed(kinds: Mapping[str, Check]) -> Check:
     one = choice(*kinds)
 
     def check(v: dict[str, Any], name: str) -> None:
-        kinds[one(_required(v, "type", name), f"{name}.type")](v, name)
+        kinds[one(required(v, "type", name), f"{name}.type")](v, name)
 
     return check
 
@@ -236,8 +226,8 @@ message_fields = shape(
 
 
 def _message(v: dict[str, Any], name: str) -> None:
-    role = choice(*ROLES)(_required(v, "role", name), f"{name}.role")
-    CONTENT[role](_required(v, "content", name), f"{name}.content")
+    role = choice(*ROLES)(required(v, "role", name), f"{name}.role")
+    CONTENT[role](required(v, "content", name), f"{name}.content")
     message_fields(v, name)
 
 
@@ -345,7 +335,7 @@ def tools(v: Any, name: str) -> list[Any]:
         raise bad(name, "an array of tools", v)
     for i, tool in enumerate(v):
         where = f"{name}[{i}]"
-        kind = _required(obj(tool, where), "type", where)
+        kind = required(obj(tool, where), "type", where)
         if type(kind) is not str or not kind:
             raise bad(f"{where}.type", "a tool type (a string)", kind)
         if kind == "function":
@@ -358,9 +348,9 @@ def _allowed(v: Any, name: str) -> list[Any]:
         raise bad(name, "an array of tools", v)
     for i, tool in enumerate(v):
         where = f"{name}[{i}]"
-        kind = string(_required(obj(tool, where), "type", where), f"{where}.type")
+        kind = string(required(obj(tool, where), "type", where), f"{where}.type")
         if kind == "function":
-            string(_required(tool, "name", where), f"{where}.name")
+            string(required(tool, "name", where), f"{where}.name")
     return v
 
 
@@ -379,7 +369,7 @@ def tool_choice(v: Any, name: str) -> Any:
         return choice(*TOOL_CHOICES)(v, name)
     if type(v) is not dict:
         raise bad(name, "one of 'none', 'auto', 'required', or an object", v)
-    kind = _required(v, "type", name)
+    kind = required(v, "type", name)
     if type(kind) is not str or not kind:
         raise bad(f"{name}.type", "a tool type (a string)", kind)
     NAMED_CHOICES.get(kind, no_keys)(v, name)

@@ -22,7 +22,9 @@ from core import response_items as ri
 from core.answers import Upstream
 from core.completions import (
     EXTENSIONS,
+    MIROSTAT_RULE,
     SAMPLING,
+    STREAM_OPTIONS_RULE,
     VLLM_EXTRAS,
     CrossCheck,
     RequestLimits,
@@ -159,11 +161,7 @@ def _unserved(name: str, instead: str) -> str:
 
 
 CROSS_CHECKS = (
-    CrossCheck(
-        lambda f: "stream_options" in f and not f.get("stream", False),
-        "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-        "stream_options",
-    ),
+    STREAM_OPTIONS_RULE,
     CrossCheck(
         lambda f: "conversation" in f,
         "Mutually exclusive parameters: Ensure you are only providing one of: "
@@ -197,11 +195,7 @@ CROSS_CHECKS = (
         "specified.",
         "tool_choice",
     ),
-    CrossCheck(
-        lambda f: "mirostat_lr" in f and "mirostat_target" not in f,
-        "'mirostat_lr' requires 'mirostat_target'.",
-        "mirostat_lr",
-    ),
+    MIROSTAT_RULE,
 )
 
 

@@ -280,9 +280,8 @@ class OpenAICompatProvider(Adapter[UpstreamCompletion, UpstreamEmbedding, Upstre
             return super().responses(request, target)
         urls = self._urls or self._deployment(target)
         sent = native.body(self._responses_rules, how, self.name, request, target)
-        return native.call(
-            self._client, urls.responses, sent, request, target, self.name, self.answer_shape
-        )
+        exchange = native.Exchange(self._client, urls.responses, sent, request, target, self.name)
+        return native.call(exchange, self.answer_shape)
 
     def prepare_embedding(
         self, request: EmbeddingRequest, target: Target

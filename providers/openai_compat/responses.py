@@ -84,42 +84,34 @@ def _inline(items: list[dict[str, Any]], native: Native) -> list[dict[str, Any]]
 # ---------------------------------------------------------------- the call
 
 
-def call(
-    client: UpstreamClient,
-    url: str,
-    sent: Sent,
-    req: ResponsesRequest,
-    target: Target,
-    provider: str,
-    shape: AnswerShape,
-) -> Call[ResponseAnswer, ResponseEvent]:
-    async def complete() -> ResponseAnswer:
-        doc = await client.post_json(sent.payload, target, url)
-        return answer(doc, req, target.label, provider, sent.whole)
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One Responses request to one upstream: where it goes, what is sent, and what its answer
+    is read for."""
 
-    return Call(
-        target,
-        sent.dropped,
-        complete,
-        lambda: events(client, url, sent, req, target, provider),
-        shape,
-    )
+    client: UpstreamClient
+    url: str
+    sent: Sent
+    req: ResponsesRequest
+    target: Target
+    provider: str
+
+    async def complete(self) -> ResponseAnswer:
+        doc = await self.client.post_json(self.sent.payload, self.target, self.url)
+        return answer(doc, self.req, self.target.label, self.provider, self.sent.whole)
+
+    async def events(self) -> AsyncIterator[list[ResponseEvent]]:
+        """The upstream's events, as they arrive: each without its number (the gateway
+        numbers what it writes), a response in it read as the canonical one."""
+        opened = await self.client.open_stream(self.sent.payload, self.target, self.url)
+        label, whole = self.target.label, self.sent.whole
+        try:
+            yield []  # the upstream accepted: the caller's headers can go out now
+            async for batch in self.client.batches(opened, self.target):
+                yield [event(e, self.req, label, self.provider, whole) for e in batch]
+        finally:
+            await opened.aclose()
 
 
-async def events(
-    client: UpstreamClient,
-    url: str,
-    sent: Sent,
-    req: ResponsesRequest,
-    target: Target,
-    provider: str,
-) -> AsyncIterator[list[ResponseEvent]]:
-    """The upstream's events, as they arrive: each without its number (the gateway numbers
-    what it writes), a response in it read as the canonical one."""
-    opened = await client.open_stream(sent.payload, target, url)
-    try:
-        yield []  # the upstream accepted: the caller's headers can go out now
-        async for batch in client.batches(opened, target):
-            yield [event(e, req, target.label, provider, sent.whole) for e in batch]
-    finally:
-        await opened.aclose()
+def call(exchange: Exchange, shape: AnswerShape) -> Call[ResponseAnswer, ResponseEvent]:
+    return Call(exchange.target, exchange.sent.dropped, exchange.complete, exchange.events, shape)

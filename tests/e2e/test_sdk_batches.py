@@ -24,6 +24,7 @@ from openai.types import Batch
 from tests.e2e.batches import DEADLINE_S, completed, finished, lines_of, requests, start, until
 from tests.e2e.metrics_text import scrape
 from tests.e2e.support import OPENAI_MODEL, scripted_providers
+from tests.e2e.test_sdk_responses import TOOL_ASK, WEATHER
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.chat_fake import fake_arguments, pieces
 from tests.upstreams.embeddings import vector
@@ -160,19 +161,6 @@ def test_embeddings_batches(sdk: openai.OpenAI) -> None:
     errors = lines_of(sdk, done.error_file_id)
     assert [(x["custom_id"], x["response"]["status_code"]) for x in errors] == [("wrong", 400)]
     assert errors[0]["response"]["body"]["error"]["param"] == "input"
-
-
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-        "required": ["city"],
-    },
-}
-TOOL_ASK = "What is the weather in Paris? __tool__"  # the fake model calls the tool
 
 
 def test_responses_batches(sdk: openai.OpenAI, scripted_openai_server: ScriptedUpstream) -> None:

@@ -34,6 +34,7 @@ from tests.e2e.support import (
     expect,
 )
 from tests.upstreams.chat_fake import chat_prompt, compact, fake_arguments, fake_value, pieces
+from tests.upstreams.responses_render import OPENING, message_kinds
 from tests.upstreams.responses_request import responses_prompt
 
 Json = dict[str, Any]
@@ -144,17 +145,7 @@ def test_the_event_sequence(env: Env, alias: str) -> None:
     names = [name for name, _ in events]
     assert [data["type"] for _, data in events] == names
     assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
-    assert names == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.content_part.added",
-        *["response.output_text.delta"] * 16,
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-        "response.incomplete",
-    ]
+    assert names == [*OPENING, *message_kinds(16), "response.incomplete"]
     text = expect(QUESTION, 0, 16).text
     deltas = [data["delta"] for name, data in events if name.endswith(".delta")]
     assert "".join(deltas) == text

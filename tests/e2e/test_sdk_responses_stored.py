@@ -9,7 +9,6 @@ import asyncio
 import re
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import openai
 import pytest
@@ -18,6 +17,7 @@ from gateway.auth import Principal
 from gateway.jobs.filestore import FileStore
 from gateway.jobs.responsestore import ResponseStore, owner
 from tests.gateway_proc import GatewayProcess
+from tests.unit.gateway.api.test_responses import answer
 
 KEY, MATE, OTHER, ALONE = "sk-resp-one", "sk-resp-mate", "sk-resp-other", "sk-resp-alone"
 ITEMS = [{"type": "message", "role": "user", "content": f"Question {i}"} for i in range(5)] + [
@@ -53,26 +53,8 @@ def keep(gateway: GatewayProcess, response_id: str, key_id: str, team: str | Non
     """Store a response as the gateway's POST /v1/responses does, for the key `key_id`."""
     store = ResponseStore(FileStore(str(gateway.config.parent / "store"), 1), ttl_days=2)
     principal = Principal(key_id, re.compile(".*"), frozenset(), team)
-    answer: dict[str, Any] = {
-        "id": response_id,
-        "object": "response",
-        "created_at": int(time.time()),
-        "status": "completed",
-        "model": "m",
-        "output": [
-            {
-                "id": "msg_out",
-                "type": "message",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": "Sunny.", "annotations": []}],
-            }
-        ],
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-    }
-    asyncio.run(store.keep(owner(principal), answer, ITEMS, []))
+    kept = answer(response_id, created_at=int(time.time()))
+    asyncio.run(store.keep(owner(principal), kept, ITEMS, []))
 
 
 @pytest.fixture

@@ -23,10 +23,9 @@ from .scripted import (
     DONE,
     MIDSTREAM_CHUNKS,
     SLOW_CHUNKS,
-    SLOW_DELAY_S,
-    Pace,
     logged,
     misbehave,
+    open_stream,
     send_cut_body,
     send_stream,
     sse,
@@ -106,16 +105,5 @@ async def chat_stream(
         params, window = slow_chat(params), window + SLOW_CHUNKS
     result = build_chat(params, window, chat.include_stop, chat.named_finish)
     payloads = chat_payloads(chat, params, result, magic)
-    resp = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            **chat_headers(state, params, result),
-        }
-    )
-    resp.headers.update(magic.headers)
-    await resp.prepare(request)
-    state.stats.streams_started += 1
-    delay = SLOW_DELAY_S if magic.slow_stream else state.chunk_delay_s
-    pace = Pace(delay, magic.stall_after, magic.stall_ms / 1000)
+    resp, pace = await open_stream(request, state, magic, chat_headers(state, params, result))
     return await send_stream(request, resp, payloads, pace, state, seq)

@@ -46,6 +46,22 @@ MIDSTREAM_DELTAS = 2
 FAILED_ERROR: Json = {"code": "server_error", "message": "The model failed to generate a response."}
 
 
+def message_kinds(deltas: int) -> list[str]:
+    """OpenAI's events of one streamed message of `deltas` text deltas, as a test expects them
+    (a response's opening and closing events are the caller's to add)."""
+    return [
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * deltas,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+
+
+OPENING = ["response.created", "response.in_progress"]
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(24)}"
 

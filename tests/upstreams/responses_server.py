@@ -20,7 +20,6 @@ imports scripted's helpers, as chat_server does).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,16 +42,11 @@ from .responses_render import (
 from .responses_request import ResponsesParams, item_kind, parse_responses, responses_texts
 from .scripted import (
     SLOW_CHUNKS,
-    SLOW_DELAY_S,
-    Dropped,
-    Pace,
-    Sent,
-    drop_connection,
     logged,
     misbehave,
-    note_disconnect,
+    open_stream,
     send_cut_body,
-    write_all,
+    send_stream,
 )
 from .state import STATE, ServerState, check_auth, dumps, error_response
 
@@ -170,49 +164,9 @@ async def stream_response(
     payloads = [sse(ev) for ev in events]
     if magic.cut_after is not None:
         payloads = payloads[: magic.cut_after]
-    resp = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            **chat_headers(state, chat, result),
-        }
-    )
-    resp.headers.update(magic.headers)
-    await resp.prepare(request)
-    state.stats.streams_started += 1
-    delay = SLOW_DELAY_S if magic.slow_stream else state.chunk_delay_s
-    pace = Pace(delay, magic.stall_after, magic.stall_ms / 1000)
+    resp, pace = await open_stream(request, state, magic, chat_headers(state, chat, result))
     whole = magic.cut_after is None
-    return await send_events(request, resp, payloads, whole, pace, state, seq)
-
-
-async def send_events(
-    request: web.Request,
-    resp: web.StreamResponse,
-    payloads: list[bytes],
-    whole: bool,
-    pace: Pace,
-    state: ServerState,
-    seq: int,
-) -> web.StreamResponse:
-    """As scripted.send_stream, for a stream without `[DONE]`: one write per event; a cut
-    stream (`whole` false) ends with the connection dropped."""
-    sent = Sent()
-    try:
-        await write_all(resp, payloads, pace, sent)
-        if not whole:
-            return drop_connection(request, flush=True)
-        await resp.write_eof()
-    except ConnectionError:
-        note_disconnect(state, seq, sent.value)
-        return resp
-    except Dropped:
-        raise
-    except asyncio.CancelledError:  # the client went away (aiohttp cancels the handler)
-        note_disconnect(state, seq, sent.value)
-        raise
-    state.finish(seq, "completed_stream")
-    return resp
+    return await send_stream(request, resp, payloads, pace, state, seq, whole)
 
 
 # ---------------------------------------------------------------- the kept responses

@@ -244,19 +244,23 @@ async def stream(
         params, window = slow_params(params), window + SLOW_CHUNKS
     result = build(params, dialect.include_stop, window)
     payloads = stream_payloads(dialect, params, result, magic)
+    resp, pace = await open_stream(request, state, magic, dialect.headers(params, result))
+    return await send_stream(request, resp, payloads, pace, state, seq)
+
+
+async def open_stream(
+    request: web.Request, state: ServerState, magic: Magic, headers: dict[str, str]
+) -> tuple[web.StreamResponse, Pace]:
+    """An SSE response begun with `headers` (and the magic's), and how its events are paced
+    (the magic's slow stream and stall, else the server's chunk delay)."""
     resp = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            **dialect.headers(params, result),
-        }
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
     )
     resp.headers.update(magic.headers)
     await resp.prepare(request)
     state.stats.streams_started += 1
     delay = SLOW_DELAY_S if magic.slow_stream else state.chunk_delay_s
-    pace = Pace(delay, magic.stall_after, magic.stall_ms / 1000)
-    return await send_stream(request, resp, payloads, pace, state, seq)
+    return resp, Pace(delay, magic.stall_after, magic.stall_ms / 1000)
 
 
 async def send_stream(
@@ -266,11 +270,16 @@ async def send_stream(
     pace: Pace,
     state: ServerState,
     seq: int,
+    whole: bool | None = None,
 ) -> web.StreamResponse:
+    """One write per event; a cut stream (`whole` false; by default, one that does not end with
+    `[DONE]`: a stream without it says so itself) ends with the connection dropped."""
     sent = Sent()
+    if whole is None:
+        whole = payloads[-1:] == [DONE]
     try:
         await write_all(resp, payloads, pace, sent)
-        if payloads[-1:] != [DONE]:  # cut: the client gets the events, then no end
+        if not whole:  # cut: the client gets the events, then no end
             return drop_connection(request, flush=True)
         await resp.write_eof()
     except ConnectionError:

@@ -26,6 +26,7 @@ from tests.upstreams.chat_fake import (
 )
 from tests.upstreams.fakegen import expected_text, token_logprob
 from tests.upstreams.procs import OPENAI_TEST_KEY, ScriptedUpstream
+from tests.upstreams.responses_render import OPENING, message_kinds
 from tests.upstreams.responses_request import (
     RESPONSES_DEFAULT_MAX_OUTPUT_TOKENS,
     responses_prompt,
@@ -194,17 +195,7 @@ def test_stream_events(client: httpx.Client, scripted_openai: ScriptedUpstream) 
     evs = events(r)
     assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
     kinds = [e["type"] for e in evs]
-    assert kinds == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.content_part.added",
-        *["response.output_text.delta"] * 16,
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-        "response.incomplete",
-    ]
+    assert kinds == [*OPENING, *message_kinds(16), "response.incomplete"]
     created, final = evs[0]["response"], evs[-1]["response"]
     assert (created["status"], created["output"], created["usage"]) == ("in_progress", [], None)
     assert created["id"] == final["id"] and final["status"] == "incomplete"

@@ -10,6 +10,7 @@ import pytest
 from core.chat import CHAT, VLLM_FIELDS, apply_chat_defaults, parse_chat, validate_chat
 from core.completions import RequestLimits
 from core.errors import InvalidRequest
+from tests.unit.refusals import refused
 
 LIMITS = RequestLimits()
 USER = {"role": "user", "content": "hi"}
@@ -171,11 +172,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("fields", "param"), BAD, ids=[str(b[0])[:60] for b in BAD])
 def test_bad_input_names_the_parameter(fields: dict[str, Any], param: str) -> None:
-    with pytest.raises(InvalidRequest) as info:
-        parse(**fields)
-    assert info.value.status == 400
-    assert info.value.param == param
-    assert info.value.body()["error"]["type"] == "invalid_request_error"
+    refused(param, parse, **fields)
 
 
 @pytest.mark.parametrize("missing", ["model", "messages"])

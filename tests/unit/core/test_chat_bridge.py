@@ -14,6 +14,7 @@ from core.chat_events import Synthesis, events
 from core.completions import RequestLimits
 from core.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 from core.responses import ResponsesRequest, validate_responses
+from tests.upstreams.responses_render import OPENING, message_kinds
 
 LABEL = "up/model"
 USAGE: Usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
@@ -267,15 +268,8 @@ async def test_text_then_a_tool_call_streamed() -> None:
     out = [e for batch in [b async for b in events(chat, request(stream=True))] for e in batch]
     kinds = [e["type"] for e in out]
     assert kinds == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.content_part.added",
-        "response.output_text.delta",
-        "response.output_text.delta",
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
+        *OPENING,
+        *message_kinds(2),
         "response.output_item.added",
         "response.function_call_arguments.delta",
         "response.function_call_arguments.done",

@@ -16,6 +16,7 @@ from core.completions import (
     validate_completion,
 )
 from core.errors import InvalidRequest
+from tests.unit.refusals import refused
 
 LIMITS = RequestLimits()
 BASE = {"model": "m", "prompt": "hi"}
@@ -161,11 +162,7 @@ def test_continuous_usage_needs_include_usage() -> None:
 
 @pytest.mark.parametrize(("fields", "param"), BAD, ids=[str(b[0])[:60] for b in BAD])
 def test_bad_input_names_the_parameter(fields: dict[str, Any], param: str) -> None:
-    with pytest.raises(InvalidRequest) as info:
-        parse(**fields)
-    assert info.value.status == 400
-    assert info.value.param == param
-    assert info.value.body()["error"]["type"] == "invalid_request_error"
+    refused(param, parse, **fields)
 
 
 @pytest.mark.parametrize("missing", ["model", "prompt"])
