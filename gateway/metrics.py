@@ -185,6 +185,17 @@ METRICS: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] 
     "request_log_dropped": (Counter, "gateway_request_log_dropped_lines",
         "Request log lines dropped: its writer was behind (a slow or full disk) or a write "
         "failed.", (), {}),
+    "cache_requests": (Counter, "gateway_cache_requests",
+        "Requests to a cache-enabled model, by their cache status: hit, miss, refresh "
+        "(looked up anew), disabled (no-store, or an answer that cannot repeat).",
+        ("model", "result"), {}),
+    "cache_entries": (Gauge, "gateway_cache_entries",
+        "Entries in the response cache: a memory backend's in each serving process (sum "
+        "them), Redis's shared count (the same in each: take one).",
+        ("backend",), {"multiprocess_mode": "liveall"}),
+    "cache_backend_errors": (Counter, "gateway_cache_backend_errors",
+        "Cache calls that failed (Redis down or too slow): the request was served uncached.",
+        ("operation",), {}),
     "spans_dropped": (Counter, "gateway_telemetry_dropped_spans",
         "Trace spans dropped: the exporter was behind, or the collector refused, failed or did "
         "not answer in time.", (), {}),
@@ -485,6 +496,18 @@ class Metrics:
             self._teams.add(team)
             return team
         return "other"
+
+    def cache_request(self, model: str, result: str) -> None:
+        if self.enabled:
+            self._child("cache_requests", model, result).inc()
+
+    def cache_entries(self, backend: str, n: int) -> None:
+        if self.enabled:
+            self._child("cache_entries", backend).set(n)
+
+    def cache_backend_error(self, operation: str) -> None:
+        if self.enabled:
+            self._child("cache_backend_errors", operation).inc()
 
     def ratelimit_backend_error(self, mode: str) -> None:
         if self.enabled:

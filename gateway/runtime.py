@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from core.provider import Provider
 from gateway.auth import Authenticator
+from gateway.cache.store import Cache
 from gateway.config import Config, KeyConfig, ProviderConfig
 from gateway.governance.keeper import Keeper
 from gateway.governance.pricing import PriceBook
@@ -68,6 +69,7 @@ class Runtime:
     responses: ResponseStore  # the Responses API's stored responses, in the files store
     prices: PriceBook
     accounts: Accounts  # the runtime keys and teams: shared with the runtimes around it
+    cache: Cache  # the response cache: a reload passes it on (its entries go on)
     created: int = field(default_factory=lambda: int(time.time()))
     started: bool = False
     inflight: int = 0  # requests begun on this runtime and not over (GatewayApp counts them)
@@ -93,7 +95,8 @@ class Runtime:
         circuits = Board(config.circuits, metrics.circuit)
         providers = {name: build(block) for name, block in config.providers.items()}
         accounts = Accounts.for_config(config)
-        runtime = cls.assemble(config, providers, limiter, metrics, circuits, accounts)
+        cache = new_cache(config, metrics)
+        runtime = cls.assemble(config, providers, limiter, metrics, circuits, accounts, cache)
         runtime.tracing = new_tracing(config, metrics)
         return runtime
 
@@ -106,6 +109,7 @@ class Runtime:
         metrics: Metrics,
         circuits: Board,
         accounts: Accounts,
+        cache: Cache,
     ) -> Runtime:
         """A runtime around parts that may be a running one's: the board takes the config's
         policy and targets last, when nothing can fail any more."""
@@ -116,7 +120,7 @@ class Runtime:
         prices = PriceBook({name: p.pricing for name, p in config.providers.items()})
         runtime = cls(
             config, auth, router, dict(providers), limiter, metrics, circuits, attempts, files,
-            responses, prices, accounts,
+            responses, prices, accounts, cache,
         )  # fmt: skip
         circuits.configure(config.circuits, _targets(config))
         if config.request_log.path is not None:  # last: nothing after it can fail
@@ -142,6 +146,7 @@ class Runtime:
     async def aclose(self) -> None:
         self.started = False
         await release(self.providers.values(), self.limiter, self.accounts)
+        await self.cache.aclose()
         if self.request_log is not None:
             await self.request_log.aclose()
         if self.tracing is not None:
@@ -168,6 +173,11 @@ class Runtime:
     def model_label(self, model: str) -> str:
         """The metrics label of a requested model: configured aliases only (bounded)."""
         return model if model in self.config.models else "other"
+
+
+def new_cache(config: Config, metrics: Metrics) -> Cache:
+    """The config's response cache: on Redis, the rate limits' unless `cache.redis_url`."""
+    return Cache(config.cache, metrics, config.rate_limit.redis_url, config.rate_limit.cluster)
 
 
 def new_limiter(config: Config, metrics: Metrics) -> Limiter:

@@ -179,6 +179,22 @@ ROWS: list[tuple[str, list[tuple[str, str, str, int, list[tuple[str, str]]]]]] =
          [(f"sort_desc(max by (scope, team) (gateway_budget_used_ratio{{{SEL}}}))",
            "{{team}} ({{scope}} budget)")]),
     ]),
+    ("Response cache", [
+        ("Cache hit ratio by model", "timeseries", "percentunit", 8,
+         [(f'sum by (model) (rate(gateway_cache_requests_total{{{MODEL}, result="hit"}}[{RI}])) '
+           f"/ sum by (model) (rate(gateway_cache_requests_total{{{MODEL}}}[{RI}]))",
+           "{{model}}")]),
+        ("Cache requests/s by status", "timeseries", "reqps", 8,
+         [(f"sum by (model, result) (rate(gateway_cache_requests_total{{{MODEL}}}[{RI}]))",
+           "{{model}} {{result}}")]),
+        # Memory: each process holds its own (summed); Redis: one shared count (each reports it).
+        ("Cache entries", "timeseries", "short", 8,
+         [(f'sum(gateway_cache_entries{{{SEL}, backend="memory"}}) or '
+           f'max(gateway_cache_entries{{{SEL}, backend="redis"}})', "entries")]),
+        ("Cache backend errors/s (served uncached)", "timeseries", "short", 12,
+         [(f"sum by (operation) (rate(gateway_cache_backend_errors_total{{{SEL}}}[{RI}]))",
+           "{{operation}}")]),
+    ]),
 ]  # fmt: skip
 
 CIRCUIT_MAPPINGS = [

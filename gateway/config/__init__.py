@@ -24,6 +24,7 @@ from core.completions import RequestLimits
 from core.errors import ConfigError
 from gateway.config import accounts
 from gateway.config.accounts import AdminKey, KeyConfig, TeamConfig
+from gateway.config.caching import CacheConfig, cache_section
 from gateway.config.models import ModelConfig, models
 from gateway.config.portkey import PortkeyConfig
 from gateway.config.portkey import parse as portkey_config
@@ -50,6 +51,7 @@ from providers import registry
 __all__ = [
     "DEV_KEY",
     "AdminKey",
+    "CacheConfig",
     "Config",
     "KeyConfig",
     "ModelConfig",
@@ -68,7 +70,7 @@ __all__ = [
 DEV_KEY = "sk-local-dev"
 TOP_KEYS = (
     "server", "auth", "providers", "models", "configs", "circuit_breaker", "rate_limit", "metrics",
-    "files", "batches", "responses", "teams", "request_log", "telemetry",
+    "files", "batches", "responses", "teams", "request_log", "telemetry", "cache",
 )  # fmt: skip
 LIMIT_BACKENDS = ("memory", "redis")
 MAX_REDACT = 64  # request_log.redact's patterns
@@ -205,6 +207,7 @@ class Config:
     admin_keys: tuple[AdminKey, ...] = ()
     request_log: RequestLogConfig = field(default_factory=RequestLogConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     source: str = ""
 
     def has_dev_key(self) -> bool:
@@ -260,12 +263,13 @@ def parse(text: str, source: str = "<config>") -> Config:
     auth = mapping(top.get("auth", {}), "auth")
     known(auth, "auth", ("keys", "admin_keys"))
     teams = accounts.teams_section(mapping(top.get("teams", {}), "teams"), providers)
+    rate_limit = _rate_limit(mapping(top.get("rate_limit", {}), "rate_limit"))
     return Config(
         server=_server(mapping(top.get("server", {}), "server")),
         keys=accounts.keys_section(auth, providers, teams),
         providers=providers,
         models=models(mapping(top.get("models", {}), "models"), providers),
-        rate_limit=_rate_limit(mapping(top.get("rate_limit", {}), "rate_limit")),
+        rate_limit=rate_limit,
         metrics=_metrics(mapping(top.get("metrics", {}), "metrics")),
         circuits=_circuits(mapping(top.get("circuit_breaker", {}), "circuit_breaker")),
         configs=_configs(mapping(top.get("configs", {}), "configs"), providers),
@@ -276,6 +280,7 @@ def parse(text: str, source: str = "<config>") -> Config:
         admin_keys=accounts.admin_section(auth),
         request_log=_request_log(top.get("request_log", False)),
         telemetry=_telemetry(top.get("telemetry", {})),
+        cache=cache_section(mapping(top.get("cache", {}), "cache"), rate_limit.redis_url),
         source=source,
     )
 

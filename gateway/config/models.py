@@ -23,6 +23,7 @@ from core.embeddings import EMBEDDINGS
 from core.errors import ConfigError, InvalidRequest
 from core.fields import Declaration
 from core.provider import Target
+from gateway.config.caching import CachePolicy, model_cache
 from gateway.config.values import (
     integer,
     known,
@@ -39,7 +40,7 @@ from gateway.routing.retry import MAX_ATTEMPTS, RetryPolicy
 from gateway.routing.trees import FALLBACK_STATUSES, MODES, Group, Leaf, Node, leaves
 
 POLICIES = ("reject", "drop")
-MODEL_KEYS = ("endpoint", "defaults", "unsupported_params", "limits")
+MODEL_KEYS = ("endpoint", "defaults", "unsupported_params", "limits", "cache")
 # What an alias serves: its requests come through that endpoint only.
 ENDPOINT_FIELDS: Mapping[str, Declaration] = {
     "completions": COMPLETIONS,
@@ -56,6 +57,7 @@ class ModelConfig:
     tree: Node
     limits: Limits = field(default_factory=Limits)
     endpoint: str = "completions"  # or "embeddings"
+    cache: CachePolicy | None = None  # None: its answers are cached only when a request asks
 
     @property
     def targets(self) -> tuple[Target, ...]:
@@ -103,7 +105,13 @@ def model(alias: str, m: Mapping[str, Any], providers: Collection[str]) -> Model
         defaults(given, f"{path}.defaults", ENDPOINT_FIELDS[endpoint]),
     )
     tree = node(m, path, scope, group=True)
-    return ModelConfig(alias, tree, limits(m.get("limits", {}), f"{path}.limits"), endpoint)
+    return ModelConfig(
+        alias,
+        tree,
+        limits(m.get("limits", {}), f"{path}.limits"),
+        endpoint,
+        model_cache(m.get("cache"), f"{path}.cache"),
+    )
 
 
 def node(m: Mapping[str, Any], path: str, scope: TreeScope, group: bool) -> Node:

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from core.errors import ConfigError, InvalidRequest
+from gateway.config.caching import portkey_cache
 from gateway.config.models import fall_on, params
 from gateway.config.values import (
     boolean,
@@ -55,7 +56,7 @@ KEYS = (
 REFUSED = {
     "api_key": "this gateway calls providers with the credentials of its own config",
     "custom_host": "this gateway calls only the hosts of its own config",
-    "cache": "caching is not supported by this gateway",
+    "cache": "a cache applies to the whole request: set it at the config's top level",
     "forward_headers": "forwarding caller headers is not supported by this gateway",
     "strict_open_ai_compliance": "answers are always OpenAI-compliant here",
     "before_request_hooks": "hooks are not supported by this gateway",
@@ -79,6 +80,7 @@ class PortkeyConfig:
     retry_given: bool = (
         False  # modifiers: replace the usual retry policy only if the config has one
     )
+    cache_s: int | None = None  # its `cache`: the entries' max_age in seconds (None: none)
 
     def applied_to(self, tree: Node) -> Node:
         """The usual routing with this config's retry, timeout and parameters."""
@@ -158,20 +160,26 @@ def from_header(
 
 
 def parse(data: Any, providers: Collection[str], root: str = ROOT) -> PortkeyConfig:
-    m = mapping(data, root)
+    given = mapping(data, root)
+    cache = portkey_cache(given["cache"], f"{root}.cache") if "cache" in given else None
+    m = {k: v for k, v in given.items() if k != "cache"}  # the top level's only
     if not any(k in m for k in ("targets", "provider", "virtual_key")):
         _check(m, root, KEYS)
         for k in ("strategy", "weight"):
             if k in m:
                 raise ConfigError(f"{root}.{k}", "needs targets (or a provider)")
-        if not any(k in m for k in ("retry", "request_timeout", "override_params")):
+        if cache is None and not any(k in m for k in MODIFIERS):
             raise ConfigError(
                 root,
-                "a config needs targets, a provider, retry, request_timeout or override_params",
+                "a config needs targets, a provider, retry, request_timeout, override_params "
+                "or cache",
             )
-        return PortkeyConfig(None, _inherit(m, root, Inherited()), "retry" in m)
+        return PortkeyConfig(None, _inherit(m, root, Inherited()), "retry" in m, cache)
     counter = [0]
-    return PortkeyConfig(_node(m, root, Inherited(), providers, 0, counter))
+    return PortkeyConfig(_node(m, root, Inherited(), providers, 0, counter), cache_s=cache)
+
+
+MODIFIERS = ("retry", "request_timeout", "override_params")
 
 
 def _node(

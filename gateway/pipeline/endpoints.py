@@ -9,9 +9,9 @@ ids' prefix, its batch URL, its metrics operation, its routing name and its Open
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, Never, Protocol, TypeVar
+from typing import Any, Generic, Never, Protocol, TypeVar
 
 from core.answers import (
     ChatChunk,
@@ -39,6 +39,14 @@ from core.embeddings import (
 )
 from core.openapi import CHAT_DOC, COMPLETIONS_DOC, EMBEDDINGS_DOC, RESPONSES_DOC, InferenceDoc
 from core.provider import AnswerShape, Call, Provider, Target
+from core.replay import (
+    chat_chunks,
+    chat_of,
+    completion_chunks,
+    completion_of,
+    response_events,
+    response_of,
+)
 from core.responses import (
     ResponsesRequest,
     apply_responses_defaults,
@@ -120,6 +128,21 @@ class Conversation(Generic[R, A, K]):
 
 
 @dataclass(frozen=True, slots=True)
+class Caching(Generic[A, K]):
+    """How the response cache holds an endpoint's answers (gateway.pipeline.caching)."""
+
+    # Fields that do not change the answer: left out of the cache key (`stream` always is).
+    neutral: frozenset[str] = frozenset(("user", "metadata", "stream_options"))
+    sampled: bool = True  # its answers are sampled (temperature, seed, n) and may not repeat
+    whole: Callable[[Sequence[K]], A | None] | None = None  # a stream's answer, if it ended
+    chunks: Callable[[A], list[K]] | None = None  # an answer as a stream
+    kept: Callable[[A], bool] = lambda answer: True  # whether a whole answer may be cached
+    # A hit's answer, or each chunk of its stream, made current (in place: it is the hit's own
+    # copy) with the time the hit is served.
+    fresh: Callable[[Mapping[str, Any], int], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoint(Generic[R, A, K]):
     name: str  # what routing calls it (an alias's `endpoint:` serves some: gateway.routing.plans)
     paths: tuple[str, ...]  # where it is served
@@ -137,6 +160,7 @@ class Endpoint(Generic[R, A, K]):
     id_prefix: str = ""  # its answers' ids ("" : they have none)
     streaming: Streaming[R, K] | None = None  # None: it does not stream
     conversation: Conversation[R, A, K] | None = None  # None: nothing is stored
+    caching: Caching[A, K] = Caching()
 
     def made(self, make: Make[X]) -> X:
         return make(self)
@@ -178,6 +202,7 @@ COMPLETIONS: Endpoint[CompletionRequest, Completion, Chunk] = Endpoint(
     document=completion_document,
     id_prefix="cmpl-",
     streaming=Streaming(lambda r: r.stream, lambda r: r.include_usage, TEXT_CHUNK),
+    caching=Caching(whole=completion_of, chunks=completion_chunks),
 )
 
 
@@ -196,6 +221,7 @@ CHAT: Endpoint[ChatRequest, ChatCompletion, ChatChunk] = Endpoint(
     document=chat_document,
     id_prefix="chatcmpl-",
     streaming=Streaming(lambda r: r.stream, lambda r: r.include_usage, CHAT_CHUNK),
+    caching=Caching(whole=chat_of, chunks=chat_chunks),
 )
 
 
@@ -228,10 +254,19 @@ EMBEDDINGS: Endpoint[EmbeddingRequest, Embeddings, Never] = Endpoint(
     prepare=_preparer(_embedding_overridden, embedding_defaults, lambda p, r, t: p.embedding(r, t)),
     reserve=estimates.embedding_reservation,
     document=_embeddings_document,
+    caching=Caching(sampled=False),
 )
 
 
 # ---------------------------------------------------------------- responses
+
+
+def _completed_now(answer_or_event: Mapping[str, Any], now: int) -> None:
+    """A hit's response completes when it is served (an event carries it as `response`)."""
+    response = answer_or_event.get("response", answer_or_event)
+    echo = response.get("echo") if isinstance(response, Mapping) else None
+    if isinstance(echo, dict) and echo.get("completed_at") is not None:
+        echo["completed_at"] = now
 
 
 RESPONSES: Endpoint[ResponsesRequest, ResponseAnswer, ResponseEvent] = Endpoint(
@@ -253,6 +288,15 @@ RESPONSES: Endpoint[ResponsesRequest, ResponseAnswer, ResponseEvent] = Endpoint(
     streaming=Streaming(lambda r: r.stream, lambda r: True, "response", pump_events),
     conversation=Conversation(
         conversation.recall, conversation.stored, conversation.keep, conversation.final
+    ),
+    # A response echoes its metadata and user: they are part of its answer here. A failed one
+    # is never cached.
+    caching=Caching(
+        neutral=frozenset(("stream_options",)),
+        whole=response_of,
+        chunks=response_events,
+        kept=lambda answer: answer["status"] in ("completed", "incomplete"),
+        fresh=_completed_now,
     ),
 )
 

@@ -20,6 +20,7 @@ from typing import Generic, Protocol
 
 from core.provider import Call
 from gateway.auth import Principal
+from gateway.cache.entries import Entry
 from gateway.config.portkey import PortkeyConfig
 from gateway.metrics import RequestRecord
 from gateway.observability.content import Gathered
@@ -28,6 +29,21 @@ from gateway.pipeline.endpoints import A, Endpoint, K, R
 from gateway.pipeline.exchange import Inbound, Reply
 from gateway.ratelimit import Grant
 from gateway.routing.plans import Plan
+
+
+class Cached:
+    """A request to a cache-enabled model, as the cache stages see it (gateway.pipeline.caching):
+    its status, its key, and the entry that answers it (a hit) or that its answer made."""
+
+    __slots__ = ("entry", "key", "leads", "made", "status", "ttl_s")
+
+    def __init__(self, status: str, key: bytes = b"", ttl_s: int = 0) -> None:
+        self.status = status  # HIT, MISS, REFRESH or DISABLED (x-portkey-cache-status)
+        self.key = key
+        self.ttl_s = ttl_s
+        self.entry: Entry | None = None  # a hit's
+        self.leads = False  # it leads the flight of its key: the others wait for its entry
+        self.made: Entry | None = None  # the entry its answer made, once put
 
 
 @dataclass(slots=True)
@@ -60,6 +76,7 @@ class Flow(Generic[R, A, K]):
     stream: Stream[K] | None = None  # attempt: a stream's answer
     gathered: Gathered | None = None  # capture: a stream's text, for the request log
     trace: Trace | None = None  # record (journal): its trace, when it is traced
+    cache: Cached | None = None  # lookup: a cache-enabled model's request
 
     def __init__(
         self,
@@ -101,15 +118,20 @@ def tapped(
     stream: Stream[K],
     seen: Callable[[list[K]], None],
     ended: Callable[[bool], None],
+    then: Callable[[], Awaitable[None]] | None = None,
 ) -> Stream[K]:
     """`stream`, with `seen` called on each batch as it is taken and `ended` once at its end:
-    True when it ran to its end, False when it failed or was closed early (the caller left)."""
+    True when it ran to its end, False when it failed or was closed early (the caller left).
+    `then`, after a stream that ran to its end, is awaited before the stream ends."""
     seen(stream.first)
-    return Stream(stream.first, _tap(stream.rest, seen, ended))
+    return Stream(stream.first, _tap(stream.rest, seen, ended, then))
 
 
 async def _tap(
-    rest: AsyncIterator[list[K]], seen: Callable[[list[K]], None], ended: Callable[[bool], None]
+    rest: AsyncIterator[list[K]],
+    seen: Callable[[list[K]], None],
+    ended: Callable[[bool], None],
+    then: Callable[[], Awaitable[None]] | None,
 ) -> AsyncIterator[list[K]]:
     whole = False
     try:
@@ -122,3 +144,5 @@ async def _tap(
         if not whole and aclose is not None:
             await aclose()
         ended(whole)
+    if then is not None:  # only reached when the stream ran to its end
+        await then()

@@ -38,6 +38,7 @@ def line(flow: Flow[Any, Any, Any], end: float) -> bytes:
         "provider": call.target.provider if call is not None else None,
         "upstream_model": call.target.model if call is not None else None,
         "stream": flow.streams,
+        "cache": flow.cache.status if flow.cache is not None else None,
         "status": rec.status,
         "error": {"type": rec.error_type, "code": rec.error_code} if rec.error_type else None,
         "attempts": _attempts(rec),

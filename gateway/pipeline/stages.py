@@ -6,10 +6,14 @@
     recall        (an endpoint that stores answers: the Responses API) the earlier turns of
                   the conversation the request continues, from the store
     plan          the routing plan: the alias's tree, or a Portkey config's, for this caller
+    lookup        (a cache-enabled model's requests) the cache's entry for the request, or the
+                  identical miss in flight it waits for (gateway.pipeline.caching)
     admit         the rate limits' admission (its headers on every answer); after the rest,
                   the reservation settled to what was used
     write         the answer written: JSON, or SSE as the stream's batches come
     keep          (the same endpoints) the answer stored, when the request asked for it
+    capture       a stream's finish reasons and text, for the trace and the request log
+    cached        a cache hit answers here; a miss's whole answer is put in the cache
     [extra]       stages added for every endpoint (create_app's `stages`): after admission,
                   around the attempts; they see the JSON answer or tap the stream
     attempt       the plan's tries (gateway.routing.attempts): retries, fallback, breakers;
@@ -49,6 +53,7 @@ from gateway.metrics import RequestRecord
 from gateway.observability.content import Gathered
 from gateway.observability.tracing import Trace, Tracing, span_id
 from gateway.pipeline import logline, spans
+from gateway.pipeline.caching import cached, lookup
 from gateway.pipeline.endpoints import ENDPOINTS, A, Endpoint, K, R
 from gateway.pipeline.exchange import Inbound, Reply
 from gateway.pipeline.flow import Flow, Next, Stage, Stream, compose, tapped
@@ -296,6 +301,8 @@ def admit(proceed: Next[R, A, K]) -> Next[R, A, K]:
         assert the_plan is not None and principal is not None and req is not None
 
         def reserve() -> tuple[int, int]:
+            if flow.cache is not None and flow.cache.entry is not None:
+                return 0, 0  # a hit: no tokens, and nothing to pay
             prompt, output = flow.endpoint.reserve(rt, req, the_plan)
             top_in, top_out = rt.prices.ceiling(the_plan.targets()) if rt.prices else (0, 0)
             return prompt + output, prompt * top_in + output * top_out
@@ -336,6 +343,10 @@ def _charge(flow: Flow[R, A, K], grant: Grant, principal: Principal) -> None:
     cost added to its key's, team's and model's spend."""
     rt, rec, call = flow.inbound.runtime, flow.record, flow.call
     usage = rec.usage
+    if flow.cache is not None and flow.cache.entry is not None:  # a hit: 0 tokens, 0 spent
+        charged = grant.settle(0, 0)
+        rec.cost = charged if rt.prices else None
+        return
     if not rt.prices:  # nothing is priced: every request costs 0
         grant.settle(rec.total_tokens, None if usage is None else 0)
         return
@@ -536,9 +547,11 @@ class Pipeline:
     """The stages, chained once per endpoint: a live request's path and a batch line's."""
 
     def __init__(self, extra: Sequence[Stage] = ()) -> None:
-        tail: tuple[Stage, ...] = (write, keep, capture, *extra, attempt)
-        self.live: tuple[Stage, ...] = (record, authenticate, parse, recall, plan, admit, *tail)
-        self.line: tuple[Stage, ...] = (journal, parse, recall, plan, admit, *tail)
+        tail: tuple[Stage, ...] = (write, keep, capture, cached, *extra, attempt)
+        self.live: tuple[Stage, ...] = (
+            record, authenticate, parse, recall, plan, lookup, admit, *tail,
+        )  # fmt: skip
+        self.line: tuple[Stage, ...] = (journal, parse, recall, plan, lookup, admit, *tail)
 
     @staticmethod
     def stages(stages: tuple[Stage, ...], endpoint: Endpoint[R, A, K]) -> tuple[Stage, ...]:

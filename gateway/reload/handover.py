@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields, replace
 
 from core.errors import ConfigError
 from core.provider import Provider
+from gateway.cache.store import Cache
 from gateway.config import Config
 from gateway.governance.store import Accounts, storage_settings
 from gateway.observability.logfile import LogFile
@@ -54,6 +55,7 @@ class Leftovers:
     accounts: Accounts | None = None
     request_log: LogFile | None = None  # the old runtime's: every runtime opens its own
     tracing: Tracing | None = None  # the old runtime's, when `telemetry` changed
+    cache: Cache | None = None  # the old runtime's, when `cache` moved it elsewhere
 
     def __bool__(self) -> bool:
         return (
@@ -62,6 +64,7 @@ class Leftovers:
             or self.accounts is not None
             or self.request_log is not None
             or self.tracing is not None
+            or self.cache is not None
         )
 
     async def aclose(self) -> None:
@@ -70,6 +73,8 @@ class Leftovers:
             await self.request_log.aclose()
         if self.tracing is not None:
             await self.tracing.aclose()
+        if self.cache is not None:
+            await self.cache.aclose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +102,18 @@ async def successor(old: Runtime, new: Config, build: Build = build_provider) ->
         None if keep_accounts else accounts,
     )
     config = _pin(old.config, new)
+    cache = old.cache.adapted(new.cache, new.rate_limit.redis_url, new.rate_limit.cluster)
     try:
         await _start(fresh, added.limiter, added.accounts)
         accounts.check(config)
-        runtime = Runtime.assemble(config, providers, limiter, old.metrics, old.circuits, accounts)
+        runtime = Runtime.assemble(
+            config, providers, limiter, old.metrics, old.circuits, accounts, cache
+        )
         runtime.workers = old.workers
     except BaseException:
         await added.aclose()
+        if cache is not old.cache:
+            await cache.aclose()
         raise
     keep_tracing = new.telemetry == old.config.telemetry
     runtime.tracing = old.tracing if keep_tracing else new_tracing(config, old.metrics)
@@ -118,6 +128,7 @@ async def successor(old: Runtime, new: Config, build: Build = build_provider) ->
         None if keep_accounts else old.accounts,
         old.request_log,
         None if keep_tracing else old.tracing,
+        None if cache is old.cache else old.cache,
     )
     return Handover(
         runtime,

@@ -10,6 +10,7 @@ key's `providers`, and a configured alias still needs the key's permission.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from core.provider import Target
 from gateway.auth import Principal
 from gateway.config import Config, ModelConfig
 from gateway.config.portkey import PortkeyConfig
+from gateway.observability import jsonline
 from gateway.routing.trees import Group, Leaf, Node, leaves
 
 
@@ -33,6 +35,7 @@ class Plan:
     _targets: list[tuple[tuple[str, str], ...]] = field(
         default_factory=list, compare=False, repr=False
     )
+    _scope: list[bytes] = field(default_factory=list, compare=False, repr=False)
 
     def first(self) -> tuple[Leaf, Target]:
         """The target tried first (a loadbalance's first child stands for the group): what
@@ -49,6 +52,18 @@ class Plan:
             found = (self.resolve(leaf) for leaf in leaves(self.root))
             self._targets.append(tuple((t.provider, t.model) for t in found))
         return self._targets[0]
+
+    def scope(self) -> bytes:
+        """What of the plan shapes its answers, digested (found once, as targets() is): each
+        target's provider, model, defaults and overrides. Two plans alike in these answer
+        alike, whatever their retries, timeouts or weights."""
+        if not self._scope:
+            shaping = [
+                [t.provider, t.model, dict(t.defaults), dict(leaf.overrides)]
+                for leaf, t in ((leaf, self.resolve(leaf)) for leaf in leaves(self.root))
+            ]
+            self._scope.append(hashlib.sha256(jsonline.dumps(shaping, 0)).digest())
+        return self._scope[0]
 
 
 def _direct(node: Node) -> Node:

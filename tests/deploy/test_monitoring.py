@@ -352,7 +352,10 @@ def gateway_config(
             "free": {"targets": [{"provider": "oai", "model": "m-free"}]},
             "failing": {"targets": [{"provider": "oai", "model": "m-failing"}]},
             "unreachable": {"targets": [{"provider": "dead", "model": "m-dead"}]},
+            "cached": {"targets": [{"provider": "oai", "model": "m-ok"}],
+                       "cache": {"ttl_s": 600}},
         },
+        "cache": {"backend": "redis"},  # the limits' Redis: killed, the cache counts errors
         "circuit_breaker": {"failures": 2, "cooldown_s": 3600},
         "rate_limit": {"backend": "redis", "redis_url": redis_url, "on_backend_error": "local",
                        "timeout_ms": 200, "breaker": {"failures": 1, "cooldown_s": 3600}},
@@ -373,6 +376,7 @@ def traffic(gw: GatewayProcess) -> None:
         *[(limited, {"model": "ok", "prompt": "hi", "max_tokens": 4})] * 3,
         *[(full, {"model": "failing", "prompt": "__status_500__"})] * 3,
         (full, {"model": "unreachable", "prompt": "hello"}),
+        *[(full, {"model": "cached", "prompt": "hello again", "max_tokens": 8})] * 3,
     ]
     with full, limited:
         for client, kw in calls:
@@ -512,7 +516,7 @@ def test_spend_is_counted_by_team_and_unpriced_answers_apart(observed: Observed)
              for r in query(prom, "sum by (team) (gateway_spend_usd_total)")}  # fmt: skip
     assert spend.keys() == {TEAM, "none"} and min(spend.values()) > 0, spend
     by_model = query(prom, "sum by (model) (gateway_spend_usd_total > 0)")
-    assert [r["metric"]["model"] for r in by_model] == ["ok"]
+    assert sorted(r["metric"]["model"] for r in by_model) == ["cached", "ok"]
     unpriced = query(prom, "sum by (model, provider) (gateway_unpriced_requests_total)")
     assert [r["metric"] for r in unpriced] == [{"model": "free", "provider": "oai"}]
 

@@ -97,6 +97,28 @@ def test_seeded_sampling_matches_vllm(engine: openai.OpenAI, direct: openai.Open
     assert answers(reseeded) != answers(ours)
 
 
+def test_a_seeded_answer_is_cached_and_replayed(engine: openai.OpenAI) -> None:
+    """The engine's seeded answer (and its stream, in vLLM's shape) served again from the
+    cache: the same text and usage, with fresh ids; unseeded sampling is not cached."""
+    body = {**SEEDED, "model": "tiny-cached", "messages": OTHER, "max_tokens": MAX_TOKENS}
+    miss = engine.chat.completions.with_raw_response.create(**body)
+    hit = engine.chat.completions.with_raw_response.create(**body)
+    statuses = [r.headers["x-portkey-cache-status"] for r in (miss, hit)]
+    assert statuses == ["MISS", "HIT"]
+    first, again = miss.parse(), hit.parse()
+    assert answers(again) == answers(first) and again.usage == first.usage
+    assert again.id != first.id
+    with engine.chat.completions.with_streaming_response.create(
+        **body, stream=True, stream_options={"include_usage": True}
+    ) as response:
+        assert response.headers["x-portkey-cache-status"] == "HIT"
+        replayed = list(response.parse())
+    assert streamed(replayed) == {0: first.choices[0].message.content}
+    assert replayed[-1].usage == first.usage
+    unseeded = engine.chat.completions.with_raw_response.create(**{**body, "seed": None})
+    assert unseeded.headers["x-portkey-cache-status"] == "DISABLED"
+
+
 def test_sampling_extensions_match_vllm(engine: openai.OpenAI, direct: openai.OpenAI) -> None:
     extensions = {
         "top_k": 5,

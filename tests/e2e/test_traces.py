@@ -50,6 +50,7 @@ auth:
 providers: {orjson.dumps(providers).decode()}
 models:
   oa: {{targets: [{orjson.dumps(oai).decode()}]}}
+  cached: {{targets: [{orjson.dumps(oai).decode()}], cache: {{ttl_s: 600}}}}
   fb: {{strategy: fallback, targets: [{{provider: dead, model: x}}, {orjson.dumps(oai).decode()}]}}
   emb: {{endpoint: embeddings, targets: [{{provider: oai, model: {EMBED_MODEL}}}]}}
 circuit_breaker: {{failures: 0}}
@@ -155,3 +156,23 @@ def test_embeddings_are_traced(gateway: GatewayProcess, sdk: OpenAI, receiver: R
     assert "gen_ai.response.id" not in genai.attributes  # an embedding has no id
     text = orjson.dumps([(s.attributes, s.events) for s in spans.values()]).decode()
     assert PROMPT not in text and KEY not in text
+
+
+def test_a_cache_hit_is_a_trace_without_tries(
+    gateway: GatewayProcess, sdk: OpenAI, receiver: Receiver
+) -> None:
+    ask = {"model": "cached", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 4}
+    miss = sdk.chat.completions.with_raw_response.create(**ask)  # type: ignore[call-overload]
+    hit = sdk.chat.completions.with_raw_response.create(**ask)  # type: ignore[call-overload]
+    assert (miss.headers["x-portkey-cache-status"], hit.headers["x-portkey-cache-status"]) == (
+        "MISS", "HIT",
+    )  # fmt: skip
+    missed = tree(receiver, logged(gateway, miss.headers["x-request-id"])["trace_id"], 3)
+    assert [e for e, _ in missed["chat cached"].events] == ["gateway.cache"]
+    spans = tree(receiver, logged(gateway, hit.headers["x-request-id"])["trace_id"], 2)
+    genai = spans["chat cached"]  # and the server's span: no attempt was made
+    [(name, attributes)] = genai.events
+    assert name == "gateway.cache" and attributes["gateway.cache.result"] == "hit"
+    assert attributes["gateway.cache.age_s"] >= 0
+    assert genai.attributes["gen_ai.response.id"] == hit.parse().id
+    assert genai.attributes["gen_ai.provider.name"] == "oai"

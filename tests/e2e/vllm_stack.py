@@ -12,6 +12,7 @@ Every alias has a target on each provider, so a test picks the path with the vir
     tiny-trunc  context_length_exceeded_behavior: truncate
     tiny-fast   timeout_s 1 (engine timeouts)
     tiny-embed  an embeddings alias on the (generating) engine: refused
+    tiny-cached its answers cached when they repeat (greedy or seeded)
 
 The gateway traces every request, and both vLLMs (its engine, the server) are started with an
 OTLP traces endpoint: all send their spans to one receiver (`Stack.traces`).
@@ -78,6 +79,9 @@ models:
     targets: [{{provider: server, model: tiny}}, {{provider: engine}}]
     timeout_s: 1
   tiny-embed: {{endpoint: embeddings, targets: [{{provider: engine}}]}}
+  tiny-cached:
+    targets: [{{provider: server, model: tiny}}, {{provider: engine}}]
+    cache: {{ttl_s: 600, when: deterministic}}
 telemetry: {{otlp_endpoint: "{traces}"}}
 """
 

@@ -1,0 +1,49 @@
+"""A cache entry: one complete answer as the gateway's canonical answer, the stream it was
+first written as (when it was), and what the target that made it said about it, encoded as one
+JSON document. Backends keep the bytes, never the objects: every hit decodes its own copy, so
+no request can change what another is served."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+
+from core.provider import AnswerShape
+
+VERSION = 1  # an entry of another version is a miss (written by another release)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    answer: Mapping[str, Any]  # the canonical answer, as its endpoint's JSON answer holds it
+    # The canonical stream chunks (a Responses stream's events) as the target first streamed
+    # them; None: it was first answered whole.
+    chunks: Sequence[Mapping[str, Any]] | None
+    provider: str  # the target that answered: its provider and model
+    model: str
+    shape: AnswerShape  # the answer's shape (vLLM's server's, or OpenAI's)
+    dropped: tuple[str, ...]  # the parameters the target dropped (x-gateway-dropped-params)
+    stored_at: float  # Unix time: a hit's `age`
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            [VERSION, self.stored_at, self.provider, self.model, self.shape, self.dropped,
+             self.answer, self.chunks]
+        )  # fmt: skip
+
+
+def decode(data: bytes) -> Entry | None:
+    """The entry, or None when it is not one of this version's (or not one at all)."""
+    try:
+        doc = orjson.loads(data)
+        version, at, provider, model, shape, dropped, answer, chunks = doc
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        return None
+    if version != VERSION or not isinstance(answer, dict):
+        return None
+    return Entry(
+        answer, chunks, str(provider), str(model), cast(AnswerShape, shape), tuple(dropped), at
+    )
