@@ -32,8 +32,9 @@ class Cache:
             self._redis = RedisStore(cfg, cfg.redis_url or redis_url, cluster)
         else:
             self._memory = memory or MemoryBackend(cfg.max_entries, cfg.max_bytes)
-        # key → the entry its first miss will put (None: it made none); one per key at once.
-        self.flights: dict[bytes, asyncio.Future[Entry | None]] = {}
+        # key → the entry its first miss will put, encoded (None: it made none): each waiter
+        # decodes its own copy. One flight per key at once.
+        self.flights: dict[bytes, asyncio.Future[bytes | None]] = {}
 
     async def get(self, key: bytes, max_age_s: float) -> Entry | None:
         """The key's entry if it is at most max_age_s old; None otherwise, and when the backend
@@ -53,26 +54,27 @@ class Cache:
             return None
         return entry
 
-    async def put(self, key: bytes, entry: Entry, ttl_s: int) -> bool:
-        """The entry kept for ttl_s; False when it was not (too large, or the backend failed)."""
+    async def put(self, key: bytes, entry: Entry, ttl_s: int) -> bytes | None:
+        """The entry kept for ttl_s, and returned encoded; None when it was not (too large, or
+        the backend failed)."""
         data = entry.encode()
         if len(data) > self.config.max_entry_bytes:
-            return False
+            return None
         if self._memory is not None:
             self._memory.put(key, data, entry.stored_at + ttl_s)
             self._metrics.cache_entries("memory", len(self._memory))
-            return True
+            return data
         assert self._redis is not None
         try:
             counted = await self._redis.put(key, data, ttl_s)
         except BackendDown:
             self._metrics.cache_backend_error("put")
-            return False
+            return None
         if counted is not None:
             self._metrics.cache_entries("redis", counted)
-        return True
+        return data
 
-    def join(self, key: bytes) -> asyncio.Future[Entry | None] | None:
+    def join(self, key: bytes) -> asyncio.Future[bytes | None] | None:
         """The flight under way for `key`, to wait on; None: there was none, and the caller
         now leads one, which it must `land`."""
         flight = self.flights.get(key)
@@ -80,11 +82,11 @@ class Cache:
             self.flights[key] = asyncio.get_running_loop().create_future()
         return flight
 
-    def land(self, key: bytes, entry: Entry | None) -> None:
-        """The flight over: its waiters get the entry (None: they call the upstream)."""
+    def land(self, key: bytes, made: bytes | None) -> None:
+        """The flight over: its waiters get the entry it made (None: they call the upstream)."""
         flight = self.flights.pop(key, None)
         if flight is not None and not flight.done():
-            flight.set_result(entry)
+            flight.set_result(made)
 
     def adapted(self, cfg: CacheConfig, redis_url: str, cluster: bool) -> Cache:
         """The cache for a reloaded config: this one while its settings hold; a memory cache

@@ -28,7 +28,7 @@ from core.errors import InvalidRequest
 from core.provider import Call, Target
 from gateway.asgi import until_disconnect
 from gateway.auth import Principal
-from gateway.cache.entries import Entry
+from gateway.cache.entries import Entry, decode
 from gateway.cache.store import Cache
 from gateway.config.caching import CachePolicy
 from gateway.config.portkey import PortkeyConfig
@@ -155,7 +155,7 @@ async def _found(flow: Flow[R, A, K], state: Cached, cache: Cache) -> None:
     _tell(flow, state, entry)
 
 
-async def _waited(flight: asyncio.Future[Entry | None], flow: Flow[R, A, K]) -> Entry | None:
+async def _waited(flight: asyncio.Future[bytes | None], flow: Flow[R, A, K]) -> Entry | None:
     """The leader's entry, waited for as long as its first target may take to answer; None
     when it made none, or took longer. A caller who leaves meanwhile is gone (ClientGone)."""
     plan = flow.plan
@@ -163,9 +163,10 @@ async def _waited(flight: asyncio.Future[Entry | None], flow: Flow[R, A, K]) -> 
     limit = plan.first()[1].timeout_s
     try:
         waiting = asyncio.wait_for(asyncio.shield(flight), limit)
-        return await until_disconnect(waiting, flow.inbound.receive)
+        made = await until_disconnect(waiting, flow.inbound.receive)
     except TimeoutError:
         return None
+    return None if made is None else decode(made)  # its own copy
 
 
 def _tell(flow: Flow[R, A, K], state: Cached, entry: Entry | None) -> None:
@@ -276,5 +277,4 @@ async def _put(flow: Flow[R, A, K], state: Cached, answer: A, chunks: list[K] | 
         answer, chunks, target.provider, target.model, call.answer_shape, call.dropped,
         time.time(),
     )  # fmt: skip
-    if await flow.inbound.runtime.cache.put(state.key, entry, state.ttl_s):
-        state.made = entry
+    state.made = await flow.inbound.runtime.cache.put(state.key, entry, state.ttl_s)

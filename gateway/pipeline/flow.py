@@ -43,7 +43,7 @@ class Cached:
         self.ttl_s = ttl_s
         self.entry: Entry | None = None  # a hit's
         self.leads = False  # it leads the flight of its key: the others wait for its entry
-        self.made: Entry | None = None  # the entry its answer made, once put
+        self.made: bytes | None = None  # the entry its answer made, once put (encoded)
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ import orjson
 import pytest
 from openai import OpenAI
 
+from tests.e2e import batches
 from tests.e2e.metrics_text import scrape
 from tests.gateway_proc import GatewayProcess
 from tests.upstreams.procs import OPENAI_TEST_KEY, ScriptedUpstream, start_scripted
@@ -123,6 +124,24 @@ def test_a_repeat_is_a_hit_with_the_stored_answer_and_fresh_ids(env: Env) -> Non
     assert b.choices == a.choices and b.usage == a.usage
     assert b.id != a.id and b.created >= a.created and b.model == "m"
     assert env.calls() == 1
+
+
+def test_the_key_is_the_fields_that_shape_the_answer(env: Env) -> None:
+    body = chat("keyed", temperature=0.5, user="u1", metadata={"run": "1"})
+    assert env.post("/v1/chat/completions", body).headers[STATUS] == "MISS"
+    reordered = dict(reversed(list({**body, "user": "u2", "metadata": {"run": "2"}}.items())))
+    assert env.post("/v1/chat/completions", reordered).headers[STATUS] == "HIT"
+    usage_asked = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    assert env.post("/v1/chat/completions", usage_asked).headers[STATUS] == "HIT"
+    for changed in ({"temperature": 0.6}, {"max_tokens": 9}, {"model": "det", "seed": 1}):
+        assert env.post("/v1/chat/completions", {**body, **changed}).headers[STATUS] == "MISS"
+    assert (
+        env.post("/v1/chat/completions", body, **{"x-portkey-cache-namespace": "other"}).headers[
+            STATUS
+        ]
+        == "MISS"
+    )
+    assert env.calls() == 5
 
 
 def test_an_uncached_model_says_nothing_of_the_cache(env: Env) -> None:
@@ -356,4 +375,19 @@ def test_entries_survive_a_reload(env: Env, tmp_path: Path) -> None:
         assert time.monotonic() < deadline, env.gateway.logs()
         time.sleep(0.05)
     assert env.post("/v1/chat/completions", body).headers[STATUS] == "HIT"
+    assert env.calls() == 1
+
+
+def test_identical_batch_lines_pay_the_upstream_once(env: Env) -> None:
+    line = {"method": "POST", "url": "/v1/chat/completions", "body": chat("batched")}
+    content = b"".join(orjson.dumps({"custom_id": f"line-{i}", **line}) + b"\n" for i in range(4))
+    with OpenAI(base_url=env.gateway.url + "/v1", api_key="k-a1", max_retries=0) as client:
+        batch = batches.start(client, content, "/v1/chat/completions")
+        done = batches.until(client, batch.id, batches.finished)
+        assert done.status == "completed" and batches.completed(done) == 4
+        assert done.output_file_id is not None
+        output = client.files.content(done.output_file_id).content.splitlines()
+    texts = {orjson.loads(x)["response"]["body"]["choices"][0]["message"]["content"]
+             for x in output}  # fmt: skip
+    assert len(texts) == 1
     assert env.calls() == 1
