@@ -11,6 +11,7 @@ Three kinds of app:
                web framework costs
     raw        a bare ASGI callable: the floor of the stack itself (the server and the client),
                under which no gateway on it can go
+    raw-cache  `raw` answering a repeated request from a dict: the floor of a cache hit
     minimal    `raw` plus the least a gateway does to a JSON completion or chat request (a key,
                one parse, type checks, an alias, the answer checked and rendered again): what a
                gateway's essential work costs on the floor (MinimalApp)
@@ -22,7 +23,8 @@ on one socket as `gateway serve --workers N` runs them), so the difference betwe
 gateway is the gateway's work, and the difference between raw and direct is the floor that any
 Python ASGI proxy on that client pays on the machine at hand.
 
-Run: python bench/passthrough.py --upstream URL --port 9002 [--raw] [--client rnet] [--workers N]
+Run: python bench/passthrough.py --upstream URL --port 9002 [--raw | --raw-cache] [--client rnet]
+                                 [--workers N]
      python bench/passthrough.py --upstream URL --minimal KEY --models alias=model,…
 """
 
@@ -249,6 +251,43 @@ class RawApp:
             await got.close()
 
 
+class CachingRawApp(RawApp):
+    """`raw` with the least a response cache does: a JSON answer kept under its request's path
+    and body, and the same request answered from it, never reaching the upstream again. The
+    floor of a cache hit on this stack, beside `raw`'s relay."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        super().__init__(upstream)
+        self.kept: dict[tuple[str, bytes], tuple[int, str, bytes]] = {}
+
+    async def forward(self, path: str, receive: Receive, send: Send) -> None:
+        body = await _body(receive)
+        kept = self.kept.get((path, body))
+        if kept is not None:
+            await answer(send, *kept)
+            return
+        got = await self.upstream.post(path, body)
+        try:
+            if got.content_type == SSE:  # streams are relayed, never kept
+                await super().forward(path, _replaying(body), send)
+                return
+            text = await got.read()
+        finally:
+            await got.close()
+        if got.status == 200:
+            self.kept[(path, body)] = (got.status, got.content_type, text)
+        await answer(send, got.status, got.content_type, text)
+
+
+async def _body(receive: Receive) -> bytes:
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body
+
+
 class Refused(Exception):
     def __init__(self, status: int) -> None:
         self.status = status
@@ -407,6 +446,10 @@ def raw_from_env() -> RawApp:
     return RawApp(_upstream())
 
 
+def raw_cache_from_env() -> RawApp:
+    return CachingRawApp(_upstream())
+
+
 def minimal_from_env() -> MinimalApp:
     pairs = (pair.split("=", 1) for pair in os.environ[MODELS_ENV].split(","))
     return MinimalApp(_upstream(), os.environ[KEY_ENV], {a: m for a, m in pairs})
@@ -418,6 +461,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9002)
     parser.add_argument("--raw", action="store_true", help="a bare ASGI app, not Starlette")
+    parser.add_argument(
+        "--raw-cache", action="store_true", help="the bare app answering repeats from a dict"
+    )
     parser.add_argument(
         "--minimal",
         metavar="KEY",
@@ -434,6 +480,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ[UPSTREAM_ENV] = args.upstream
     os.environ[CLIENT_ENV] = args.client
     app = "raw_from_env" if args.raw else "starlette_from_env"
+    if args.raw_cache:
+        app = "raw_cache_from_env"
     if args.minimal is not None:
         os.environ[KEY_ENV], os.environ[MODELS_ENV] = args.minimal, args.models
         app = "minimal_from_env"

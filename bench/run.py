@@ -32,9 +32,15 @@ for each scenario it runs a warm-up and a measured wrk run against each target:
                 `bench-model-tls` routed to it with the CA as its provider's `tls.ca_file`
                 (verified), and direct = wrk to that mock over https; requests/s, the ratio to
                 that direct and to the plain gateway's throughput. Run last, no budget
+    cache-hit   throughput's request, 32 connections, to `bench-cached` (the same target as
+                `bench-model`, with `cache: {ttl_s: 3600}`): every answer from the gateway's
+                memory cache (a probe's second call says `x-portkey-cache-status: HIT`, and the
+                mock must see no request during the run); the gateway only, requests/s against
+                its own uncached throughput row
 
 Budgets are held against direct; where the raw floor itself misses one on the machine at hand,
-the bench says so and reports the gateway's share of the floor instead (FLOOR, not FAIL).
+the bench says so and reports the gateway's share of the floor instead (FLOOR, not FAIL). The
+cache's budget is against the gateway itself (hits at least 2x its uncached requests/s): no floor.
 
 Prints a markdown table, writes bench/results.json and checks the budgets (exit 1 on a failed
 budget with --check). A run with any socket error or HTTP status >= 400 fails the bench (exit 2).
@@ -90,18 +96,24 @@ RESPONSES = "responses"
 # The models' key of the Responses API on the translated path: an alias whose provider speaks
 # chat completions only (the plain one, RESPONSES, is an alias of type `openai`: native).
 TRANSLATED = "responses/chat"
+# The models' key of the cached alias: completions to `bench-model`'s target, with `cache:`.
+CACHED = "completions/cached"
+CACHE_TTL_S = 3600  # longer than a whole run: the probe's entry serves every request after it
 MOCK_MODELS = {
     "completions": "mock-model", CHAT: "mock-model", "embeddings": "mock-embed",
     RESPONSES: "mock-model",
 }  # fmt: skip
 GATEWAY_MODELS = {
     "completions": "bench-model", CHAT: "bench-model", "embeddings": "bench-embed",
-    RESPONSES: "bench-responses", TRANSLATED: "bench-model",
+    RESPONSES: "bench-responses", TRANSLATED: "bench-model", CACHED: "bench-cached",
 }  # fmt: skip
 GATEWAY_TLS_MODELS = {"completions": "bench-model-tls", CHAT: "bench-model-tls"}
 CHAT_MESSAGES = ({"role": "user", "content": "Say this is a test"},)
 EMBED_INPUTS = tuple(f"The quick brown fox number {i} jumps over the lazy dog." for i in range(16))
 MAX_ADDED_P50_MS = 0.25
+# Answers from the cache against the same gateway's uncached throughput (requests/s at 32
+# connections): against the gateway itself, so no floor.
+MIN_CACHE_HIT_RATIO = 2.0
 BUSY_GATEWAY_CPU_PERCENT = 90.0
 
 
@@ -178,8 +190,21 @@ BESIDE = {
 # The TLS scenarios: run by this script only (after the plain ones, on the same gateway, whose
 # config holds the HTTPS mock's alias), not by the benches that take SCENARIOS (ab.py, …).
 TLS_SCENARIOS = (Scenario("throughput-tls", threads=2, connections=32, tls=True),)
-ALL_SCENARIOS = SCENARIOS + RESPONSES_SCENARIOS + TLS_SCENARIOS
 TLS_NAMES = frozenset(s.name for s in TLS_SCENARIOS)
+# The response cache: throughput's request to the cached alias, answered from the gateway's
+# memory cache (the probe puts the entry), against the gateway's own uncached throughput row
+# (the scenario it is measured beside). Run by this script only, in its default set: the
+# benches that take SCENARIOS (ab.py, …) do not run it.
+# Beside the gateway, its floor: the raw pass-through answering repeats from a dict
+# (bench/passthrough.py --raw-cache), against raw's relay of the uncached row.
+RAW_CACHE = "raw-cache"
+CACHE_SCENARIOS = (
+    Scenario("cache-hit", threads=2, connections=32, models=CACHED,
+             targets=("gateway", RAW_CACHE)),
+)  # fmt: skip
+CACHE_BESIDE = {"cache-hit": "throughput"}
+CACHE_NAMES = frozenset(s.name for s in CACHE_SCENARIOS)
+ALL_SCENARIOS = SCENARIOS + RESPONSES_SCENARIOS + CACHE_SCENARIOS + TLS_SCENARIOS
 # The 1-worker targets beside direct, and the scaled ones (the gateway's and the floor's).
 # The pass-throughs of bench/passthrough.py: on the gateway's own client, and the raw one on
 # each client library it was chosen over.
@@ -412,7 +437,17 @@ def to_run(raw: dict[str, Any], target: Target, scenario: Scenario, cpu: dict[st
 
 
 def probe(target: Target, scenario: Scenario, tmp: Path) -> None:
-    """One request before the load, so a broken target fails with its own answer, not a count."""
+    """One request before the load, so a broken target fails with its own answer, not a count
+    (a cache scenario's: `probe_cache`)."""
+    if scenario.name in CACHE_NAMES and target.name != RAW_CACHE:
+        probe_cache(target, scenario, tmp)
+        return
+    text, _ = post(target, scenario, tmp)
+    check_probe(target.name, text, scenario)
+
+
+def post(target: Target, scenario: Scenario, tmp: Path) -> tuple[str, dict[str, str]]:
+    """The scenario's request, once: the answer's text and headers (names in lower case)."""
     body = body_file(tmp, target, scenario).read_bytes()
     headers = {"Content-Type": "application/json"}
     if target.authorization:
@@ -422,10 +457,38 @@ def probe(target: Target, scenario: Scenario, tmp: Path) -> None:
     try:
         with urllib.request.urlopen(request, timeout=10, context=target.context()) as response:
             text = response.read().decode(errors="replace")
+            return text, {name.lower(): value for name, value in response.headers.items()}
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
         raise BenchError(f"{target.name} probe: HTTP {exc.code}: {detail}") from exc
-    check_probe(target.name, text, scenario)
+
+
+CACHE_STATUS = "x-portkey-cache-status"
+
+
+def probe_cache(target: Target, scenario: Scenario, tmp: Path) -> None:
+    """The cached alias's request twice, both answers checked: the first a miss (it puts the
+    entry the load is served from), the second a hit. And the request of the row the hits are
+    held against (`CACHE_BESIDE`): not answered from the cache."""
+    statuses = []
+    for _ in range(2):
+        text, headers = post(target, scenario, tmp)
+        check_probe(target.name, text, scenario)
+        statuses.append(headers.get(CACHE_STATUS))
+    if statuses != ["MISS", "HIT"]:
+        raise BenchError(
+            f"{target.name} {scenario.name} probe: {CACHE_STATUS} {statuses[0]!r}, then "
+            f"{statuses[1]!r} (expected 'MISS', then 'HIT'): the alias "
+            f"{target.models[scenario.model_key]} does not answer from the cache"
+        )
+    uncached = next(s for s in ALL_SCENARIOS if s.name == CACHE_BESIDE[scenario.name])
+    for _ in range(2):
+        _, headers = post(target, uncached, tmp)
+        if headers.get(CACHE_STATUS) == "HIT":
+            raise BenchError(
+                f"{target.name} {uncached.name} probe: answered from the cache, so the "
+                f"{scenario.name} row would be measured against cached answers"
+            )
 
 
 def check_probe(name: str, text: str, scenario: Scenario) -> None:
@@ -608,6 +671,76 @@ def scaling_budgets(compared: Compared) -> list[dict[str, Any]]:
     return [check(name, f"{mine:.2f}x", f">= {MIN_SCALING}x", mine >= MIN_SCALING, share)]
 
 
+Cache = dict[str, dict[str, Any]]  # cache scenario → its figures against the uncached row
+
+
+def cache_ratios(runs: list[Run]) -> Cache:
+    """Each cache scenario's gateway against the gateway's run of the uncached scenario it is
+    measured beside (`CACHE_BESIDE`): requests/s and p50, where both ran."""
+    by = index(runs)
+    out: Cache = {}
+    for scenario, uncached in CACHE_BESIDE.items():
+        mine, theirs = by.get((scenario, "gateway")), by.get((uncached, "gateway"))
+        if mine is None or theirs is None:
+            continue
+        floor, relayed = by.get((scenario, RAW_CACHE)), by.get((uncached, "raw"))
+        out[scenario] = {
+            "scenario": uncached,
+            # the floor's: raw answering repeats from a dict against raw's relay
+            "floor_ratio": None
+            if floor is None or relayed is None
+            else round(floor.requests_per_s / relayed.requests_per_s, 4),
+            "hit_requests_per_s": mine.requests_per_s,
+            "uncached_requests_per_s": theirs.requests_per_s,
+            "throughput_ratio": round(mine.requests_per_s / theirs.requests_per_s, 4),
+            "hit_p50_ms": mine.latency_ms["p50"],
+            "uncached_p50_ms": theirs.latency_ms["p50"],
+            "hit_cpu_us": cpu_a_request(mine),
+            "uncached_cpu_us": cpu_a_request(theirs),
+        }
+    return out
+
+
+def cpu_a_request(run: Run) -> float | None:
+    """The gateway's CPU time a request in µs (its CPU share over the run's requests), which
+    moves less with the machine's load than requests/s."""
+    cpu = run.cpu_percent.get(run.target)
+    return None if cpu is None else round(cpu / 100 * run.duration_s / run.requests * 1e6, 1)
+
+
+def cache_text(c: dict[str, Any], cpu: bool = False) -> str:
+    """The hits against the uncached row; with `cpu`, the gateway's CPU a request too."""
+    text = (
+        f"{c['throughput_ratio']:.2f}x the gateway's uncached req/s ({c['scenario']}: "
+        f"{c['uncached_requests_per_s']:,.0f}), p50 {c['hit_p50_ms']:.3f} against "
+        f"{c['uncached_p50_ms']:.3f} ms"
+    )
+    if c.get("floor_ratio") is not None:
+        text += f"; the floor (raw-cache / raw) {c['floor_ratio']:.2f}x"
+    hit, uncached = c["hit_cpu_us"], c["uncached_cpu_us"]
+    if cpu and hit is not None and uncached is not None:
+        text += f", gateway CPU a request {hit:.0f} against {uncached:.0f} µs"
+    return text
+
+
+def cache_budgets(cache: Cache) -> list[dict[str, Any]]:
+    """Hits against the gateway's own uncached requests/s; when the floor's hits (raw-cache
+    against raw) miss the budget too, the gateway's share of the floor's ratio (FLOOR)."""
+    connections = {s.name: s.connections for s in CACHE_SCENARIOS}
+    checks = []
+    for scenario, c in cache.items():
+        ratio, floor = c["throughput_ratio"], c.get("floor_ratio")
+        share = None
+        if floor is not None and floor < MIN_CACHE_HIT_RATIO:
+            share = f"raw-cache reached {floor:.2f}x of raw; the gateway {ratio / floor:.1%} of it"
+        checks.append(check(
+            f"{scenario} at {connections[scenario]} connections, gateway from the cache / "
+            "uncached req/s", f"{ratio:.2f}x", f">= {MIN_CACHE_HIT_RATIO:g}x",
+            ratio >= MIN_CACHE_HIT_RATIO, share,
+        ))  # fmt: skip
+    return checks
+
+
 def tls_ratios(runs: list[Run]) -> dict[str, dict[str, float]]:
     """Each TLS scenario's direct and gateway against the same target in its plain scenario
     (requests/s), where both ran."""
@@ -627,12 +760,17 @@ def versus(
     compared: dict[str, dict[str, dict[str, float]]],
     over_plain: dict[str, dict[str, float]] | None = None,
     beside: Beside | None = None,
+    cache: Cache | None = None,
 ) -> str:
     """The run against direct; a TLS run's also against its plain scenario's (`tls_ratios`); a
-    gateway-only run's against the gateway's rows it is measured beside (`beside_ratios`)."""
+    gateway-only run's against the gateway's rows it is measured beside (`beside_ratios`,
+    `cache_ratios`)."""
     plain = (over_plain or {}).get(run.scenario, {}).get(run.target)
     if run.scenario in BESIDE:
         return beside_text(run.scenario, beside or {})
+    if run.scenario in CACHE_NAMES:
+        c = (cache or {}).get(run.scenario)
+        return "" if c is None else cache_text(c)
     c = compared.get(run.target, {}).get(run.scenario)
     if run.scenario in TLS_NAMES:
         parts = [] if c is None else [f"{100 * c['throughput_ratio']:.1f}% of direct req/s"]
@@ -715,11 +853,13 @@ def contention_warnings(runs: list[Run]) -> list[str]:
 
 
 def beside_plain(runs: list[Run]) -> list[Run]:
-    """The runs in the table's order: each TLS scenario's right after its plain one."""
+    """The runs in the table's order: each TLS scenario's right after its plain one, and each
+    cache scenario's right after the uncached one it is held against."""
     order = {s.name: i for i, s in enumerate(SCENARIOS + RESPONSES_SCENARIOS)}
-    tls = {s.name: order.get(s.plain, len(order)) for s in TLS_SCENARIOS}
-    return sorted(runs, key=lambda run: (tls.get(run.scenario, order.get(run.scenario, -1)),
-                                         run.scenario in tls))  # fmt: skip
+    after = {s.name: s.plain for s in TLS_SCENARIOS} | CACHE_BESIDE
+    moved = {name: order.get(plain, len(order)) for name, plain in after.items()}
+    return sorted(runs, key=lambda run: (moved.get(run.scenario, order.get(run.scenario, -1)),
+                                         run.scenario in moved))  # fmt: skip
 
 
 def markdown(
@@ -728,6 +868,7 @@ def markdown(
     env: dict[str, Any],
     over_plain: dict[str, dict[str, float]] | None = None,
     beside: Beside | None = None,
+    cache: Cache | None = None,
 ) -> str:
     lines = [
         "| scenario | target | req/s | p50 ms | p99 ms | server CPU | vs direct |",
@@ -739,7 +880,7 @@ def markdown(
         lines.append(
             f"| {label} | {run.target} | {run.requests_per_s:,.0f} | "
             f"{run.latency_ms['p50']:.3f} | {run.latency_ms['p99']:.3f} | {cpu} | "
-            f"{versus(run, compared, over_plain, beside)} |"
+            f"{versus(run, compared, over_plain, beside, cache)} |"
         )
     lines.append("")
     lines.append(
@@ -766,6 +907,13 @@ def markdown(
             "bench-model (openai-compatible: a chat completion to the mock, made a response and "
             "its events by the gateway), the gateway only, against its native and chat rows; "
             "-stored: store true (the files store in a temporary directory), no budget."
+        )
+    if any(run.scenario in CACHE_NAMES for run in runs):
+        lines[-1] += (
+            f" cache-hit: throughput's request to bench-cached (bench-model's target with cache "
+            f"ttl_s {CACHE_TTL_S}, the memory backend), every answer from the cache (the mock "
+            f"saw none of them), the gateway only, against its uncached throughput row; budget "
+            f">= {MIN_CACHE_HIT_RATIO:g}x."
         )
     return "\n".join(lines)
 
@@ -799,11 +947,15 @@ def write_config(
     mock_port: int,
     tls_mock: Target | None = None,
     files: Path | None = None,
+    cached: bool = False,
 ) -> Path:
     """The gateway's config; with `tls_mock` (the HTTPS mock), its provider `mock-tls` (the
     bench's CA in `tls.ca_file`) and the alias `bench-model-tls` on it; with `files`, the files
     store there (where stored responses go). `bench-model` (openai-compatible) serves the
-    Responses API translated to chat, `bench-responses` (openai) passes it through."""
+    Responses API translated to chat, `bench-responses` (openai) passes it through. With
+    `cached`, `bench-cached`: `bench-model`'s target with its answers cached (the memory
+    backend); only then, so that a gateway from before the cache (ab.py's `--before`) takes
+    the config."""
     tls_provider = tls_model = ""
     if tls_mock is not None:
         assert tls_mock.ca_file is not None
@@ -814,6 +966,13 @@ def write_config(
         )
         tls_model = "  bench-model-tls: {targets: [{provider: mock-tls, model: mock-model}]}\n"
     files_store = "" if files is None else f"files: {{store: {json.dumps(str(files))}}}\n"
+    cached_model = ""
+    if cached:
+        cached_model = (
+            "  bench-cached:\n"
+            "    targets: [{provider: mock, model: mock-model}]\n"
+            f"    cache: {{ttl_s: {CACHE_TTL_S}}}\n"
+        )
     path = tmp / "gateway.yaml"
     path.write_text(
         f"server: {{host: {HOST}, port: {gateway_port}}}\n"
@@ -826,6 +985,7 @@ def write_config(
         f"{tls_provider}"
         "models:\n"
         "  bench-model: {targets: [{provider: mock, model: mock-model}]}\n"
+        f"{cached_model}"
         "  bench-responses: {targets: [{provider: mock-openai, model: mock-model}]}\n"
         "  bench-embed:\n"
         "    endpoint: embeddings\n"
@@ -915,12 +1075,14 @@ def start_passthrough(procs: Processes, mock: Target, name: str, workers: int = 
     port = free_port()
     script = str(BENCH_DIR / "passthrough.py")
     cmd = [sys.executable, script, "--upstream", mock.root, "--host", HOST, "--port", str(port)]
-    cmd += ["--workers", str(workers), *(["--raw"] if name.startswith("raw") else [])]
+    kind = "--raw-cache" if name == RAW_CACHE else "--raw"
+    cmd += ["--workers", str(workers), *([kind] if name.startswith("raw") else [])]
     library = name.rsplit("-", 1)[-1]
     cmd += ["--client", library if library in ("aiohttp", "rnet") else "http1"]
     proc = procs.start(name, cmd)
     wait_ready(f"http://{HOST}:{port}/health", procs, name)
-    return Target(name, f"http://{HOST}:{port}", MOCK_MODELS, "", proc.pid)
+    models = {**MOCK_MODELS, CACHED: MOCK_MODELS["completions"]}  # the cached row's too
+    return Target(name, f"http://{HOST}:{port}", models, "", proc.pid)
 
 
 def start_minimal(procs: Processes, mock: Target) -> Target:
@@ -944,12 +1106,14 @@ def start_gateway(
     workers: int = 1,
     extra: tuple[str, ...] = (),
     tls_mock: Target | None = None,
+    cached: bool = False,
 ) -> Target:
-    """A gateway on the mock at `mock_url` (and with `tls_mock`, on the HTTPS one too)."""
+    """A gateway on the mock at `mock_url` (and with `tls_mock`, on the HTTPS one too; with
+    `cached`, with the cached alias)."""
     port = free_port()
     mock_port = urllib.parse.urlsplit(mock_url).port
     assert mock_port is not None
-    config = write_config(tmp, port, mock_port, tls_mock, tmp / "files")
+    config = write_config(tmp, port, mock_port, tls_mock, tmp / "files", cached)
     proc = procs.start(name, [*gateway_command(template, config, port, workers), *extra])
     wait_ready(f"http://{HOST}:{port}/readyz", procs, name)
     root = f"http://{HOST}:{port}"
@@ -962,9 +1126,10 @@ Servers = tuple[list[Target], list[Target], list[Target]]
 @contextmanager
 def servers(args: argparse.Namespace, tmp: Path) -> Iterator[Servers]:
     """Starts the mock, the gateway and the pass-throughs, with the scaled scenario chosen the
-    2-worker gateway and raw pass-through, and with a TLS scenario chosen the HTTPS mock (its
-    CA made now); yields the targets (direct first), the scaled ones, and the TLS ones: the
-    HTTPS mock as direct and the gateway on its alias there (the same process)."""
+    2-worker gateway and raw pass-through, with a TLS scenario chosen the HTTPS mock (its CA
+    made now), and with a cache scenario chosen the cached alias in the config; yields the
+    targets (direct first), the scaled ones, and the TLS ones: the HTTPS mock as direct and the
+    gateway on its alias there (the same process)."""
     procs = Processes(tmp)
     try:
         direct = start_mock(procs, args.chunks)
@@ -973,7 +1138,10 @@ def servers(args: argparse.Namespace, tmp: Path) -> Iterator[Servers]:
             tls_mock = start_mock(procs, args.chunks, make_ca(tmp))
         # Every gateway gets the same providers: they share the config's file, and each one
         # reloads it when the next one's config is written there.
-        start = partial(start_gateway, procs, tmp=tmp, tls_mock=tls_mock, mock_url=direct.root)
+        cached = bool(CACHE_NAMES.intersection(args.scenarios))
+        start = partial(
+            start_gateway, procs, tmp=tmp, tls_mock=tls_mock, mock_url=direct.root, cached=cached
+        )
         gateway = start(args.gateway_cmd, name="gateway")
         single = [direct, gateway]
         if args.gateway_cmd == DEFAULT_GATEWAY_CMD:  # the protocol it was chosen over
@@ -982,6 +1150,8 @@ def servers(args: argparse.Namespace, tmp: Path) -> Iterator[Servers]:
             single.append(start(cmd, name=name, extra=stock))
         single += [start_passthrough(procs, direct, name) for name in BARE]
         single.append(start_minimal(procs, direct))
+        if cached:
+            single.append(start_passthrough(procs, direct, RAW_CACHE))
         scaled = []
         if SCALED in args.scenarios:
             name = f"gateway-{WORKERS}w"
@@ -995,7 +1165,9 @@ def servers(args: argparse.Namespace, tmp: Path) -> Iterator[Servers]:
         procs.close()
 
 
-Measured = tuple[list[Run], dict[str, Any]]  # the runs, and what the HTTPS mock saw
+# The runs, and what the mocks saw: the HTTPS one's (`upstream`, `mock_stats_at_end`) and the
+# plain one's during the cache runs (`cache_upstream`).
+Measured = tuple[list[Run], dict[str, Any]]
 
 
 def bench(args: argparse.Namespace, tmp: Path) -> Measured:
@@ -1003,6 +1175,7 @@ def bench(args: argparse.Namespace, tmp: Path) -> Measured:
     plain = [s for s in chosen if not s.tls]
     runs: list[Run] = []
     seen: list[dict[str, Any]] = []
+    cache_seen: list[dict[str, Any]] = []
     with servers(args, tmp) as (single, scaled, tls):
         for target in single + scaled:
             for scenario in plain:
@@ -1020,12 +1193,28 @@ def bench(args: argparse.Namespace, tmp: Path) -> Measured:
                 pids = {target.name: target.pid, "mock": direct.pid}
                 if target is direct:
                     pids = {"mock": direct.pid}
+                before = mock_stats(direct) if scenario.name in CACHE_NAMES else None
                 runs.append(run_one(target, scenario, args, tmp, pids))
+                if before is not None:
+                    cache_seen.append(upstream_unseen(runs[-1], before, mock_stats(direct)))
         for scenario in chosen:  # the TLS scenarios, after the plain ones
             if scenario.tls:
                 seen += run_tls(scenario, tls, args, tmp, runs)
         tls_mock = {} if not tls else {"mock_stats_at_end": mock_stats(tls[0])}
-    return runs, {"upstream": seen, **tls_mock}
+    return runs, {"upstream": seen, **tls_mock, "cache_upstream": cache_seen}
+
+
+def upstream_unseen(run: Run, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What the mock saw during a cache run (its warm-up included): no request, else
+    BenchError (some answers were not the cache's)."""
+    requests = after["requests"] - before["requests"]
+    if requests:
+        raise BenchError(
+            f"{run.scenario} {run.target}: the mock answered {requests} requests during the run "
+            f"(wrk counted {run.requests}): not every answer came from the cache"
+        )
+    return {"scenario": run.scenario, "target": run.target, "upstream_requests": requests,
+            "requests": run.requests}  # fmt: skip
 
 
 def run_tls(
@@ -1072,9 +1261,10 @@ def report(measured: Measured, args: argparse.Namespace) -> int:
     over_plain = tls_ratios(runs)
     beside = beside_ratios(runs)
     shares = responses_shares(runs)
-    checks = budgets(compared)
+    cache = cache_ratios(runs)
+    checks = budgets(compared) + cache_budgets(cache)
     failed_runs = [run for run in runs if run.error_count]
-    print(markdown(runs, compared, env, over_plain, beside))
+    print(markdown(runs, compared, env, over_plain, beside, cache))
     print()
     for c in checks:
         verdict = "FAIL" if not c["ok"] else "FLOOR" if c["floor"] else "PASS"
@@ -1095,6 +1285,18 @@ def report(measured: Measured, args: argparse.Namespace) -> int:
             f"{other} {100 * ratio:.1f}%" for other, ratio in share.items()))  # fmt: skip
     for scenario in beside:
         print(f"RESP  {scenario}: {beside_text(scenario, beside)}")
+    for seen in tls_seen.get("cache_upstream", ()):
+        name = seen["scenario"]
+        mine = next(run for run in runs if (run.scenario, run.target) == (name, seen["target"]))
+        against = (
+            cache_text(cache[name], cpu=True) if name in cache
+            else f"no {CACHE_BESIDE[name]} row to hold it against (run that scenario too)"
+        )  # fmt: skip
+        print(
+            f"CACHE {name}: {seen['target']} {mine.requests_per_s:,.0f} req/s from the cache, "
+            f"{against}; the mock answered {seen['upstream_requests']} requests meanwhile "
+            "(warm-up included)"
+        )
     results: dict[str, Any] = {
         "environment": env,
         "runs": [asdict(run) for run in runs],
@@ -1108,6 +1310,9 @@ def report(measured: Measured, args: argparse.Namespace) -> int:
         # the native path's gateway against direct and the pass-throughs; the translated path
         # and the stored variant against the native gateway (and the chat one); no budget
         results["responses"] = {"gateway_share": shares, "beside": beside}
+    if tls_seen.get("cache_upstream"):
+        # the hits' req/s against the same gateway's uncached row, and what the mock saw
+        results["cache"] = {"vs_uncached": cache, "upstream": tls_seen["cache_upstream"]}
     return finish(args, results, checks, failed=bool(failed_runs))
 
 

@@ -518,8 +518,12 @@ def response_schemas() -> dict[str, Schema]:
     return {"Response": response, "ResponseStreamEvent": event}
 
 
+CACHE_PARAMETERS = ("PortkeyCacheForceRefresh", "PortkeyCacheNamespace", "CacheControl")
+
+
 def _inference(op_id: str, summary: str, request: str, answer: str, chunk: str | None) -> Schema:
     ok = _json(answer)
+    ok["headers"] = {**ok["headers"], **CACHE_HEADERS}
     if chunk is not None:
         ok["description"] = (
             "The answer; with `stream: true`, server-sent events: each `data:` a chunk, then "
@@ -528,8 +532,9 @@ def _inference(op_id: str, summary: str, request: str, answer: str, chunk: str |
         ok["content"]["text/event-stream"] = {"schema": {"$ref": REF + chunk}}
     parameters = [
         {"$ref": "#/components/parameters/" + p}
-        for p in ("PortkeyConfig", "PortkeyRequestTimeout", "RequestId", "TraceId")
-    ]
+        for p in ("PortkeyConfig", "PortkeyRequestTimeout", "RequestId", "TraceId",
+                  *CACHE_PARAMETERS)
+    ]  # fmt: skip
     body = {"required": True, "content": {"application/json": {"schema": {"$ref": REF + request}}}}
     return _op(op_id, summary, ok, INFERENCE_KEY, parameters=parameters, requestBody=body)
 
@@ -1147,6 +1152,19 @@ def build() -> Schema:
                 ),
                 "RequestId": _header("x-request-id", "Echoed if short and plain."),
                 "TraceId": _header("x-portkey-trace-id", "Echoed if short and plain."),
+                "PortkeyCacheForceRefresh": _header(
+                    "x-portkey-cache-force-refresh",
+                    "`true`: a cache-enabled request calls the upstream and replaces its entry.",
+                ),
+                "PortkeyCacheNamespace": _header(
+                    "x-portkey-cache-namespace",
+                    "Partitions the cache's entries further, within the caller's team.",
+                ),
+                "CacheControl": _header(
+                    "cache-control",
+                    "`no-cache`: as x-portkey-cache-force-refresh; `no-store`: the cache is not "
+                    "used.",
+                ),
             },
             "securitySchemes": {
                 "bearerAuth": {"type": "http", "scheme": "bearer"},
@@ -1161,6 +1179,19 @@ def build() -> Schema:
             },
         },
     }
+
+
+# On every answer to a request whose model (or Portkey config) caches.
+CACHE_HEADERS: Schema = {
+    "x-portkey-cache-status": {
+        "description": "The cache's part in the answer: HIT, MISS, REFRESH or DISABLED.",
+        "schema": {"type": "string", "enum": ["HIT", "MISS", "REFRESH", "DISABLED"]},
+    },
+    "age": {
+        "description": "On a hit: the entry's age, in seconds.",
+        "schema": {"type": "integer", "minimum": 0},
+    },
+}
 
 
 def _header(name: str, description: str) -> Schema:

@@ -328,6 +328,7 @@ class Metrics:
         self._ok: dict[str, int] = {}  # successful attempts by provider, not yet in the registry
         # spend by (team, model, provider), in pico-dollars, not yet in the registry
         self._spent: dict[tuple[str, str, str], int] = {}
+        self._cached: dict[tuple[str, str], int] = {}  # cache requests by (model, result), too
 
     def _child(self, metric: str, *labels: str) -> Any:
         """labels() takes a lock and builds a key each time: cache the children (counters and
@@ -396,6 +397,9 @@ class Metrics:
         ok, self._ok = self._ok, {}
         for provider, count in ok.items():
             self._child("attempts", provider, "ok").inc(count)
+        cached, self._cached = self._cached, {}
+        for (model, result), count in cached.items():
+            self._child("cache_requests", model, result).inc(count)
         spent, self._spent = self._spent, {}
         for (team, model, provider), amount in spent.items():
             label = self._team_label(team)
@@ -498,8 +502,11 @@ class Metrics:
         return "other"
 
     def cache_request(self, model: str, result: str) -> None:
+        """Tallied (one dict update a request), as observations are."""
         if self.enabled:
-            self._child("cache_requests", model, result).inc()
+            key = (model, result)
+            self._cached[key] = self._cached.get(key, 0) + 1
+            self._flush_due()
 
     def cache_entries(self, backend: str, n: int) -> None:
         if self.enabled:

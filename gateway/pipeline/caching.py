@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator, Mapping
+from types import MappingProxyType
 from typing import Any, Generic
 
 from core.errors import InvalidRequest
@@ -40,6 +41,10 @@ from gateway.runtime import Runtime
 
 HIT, MISS, REFRESH, DISABLED = "HIT", "MISS", "REFRESH", "DISABLED"
 STATUS_HEADER = b"x-portkey-cache-status"
+STATUS_HEADERS = MappingProxyType(
+    {s: (STATUS_HEADER, s.encode()) for s in (HIT, MISS, REFRESH, DISABLED)}
+)
+RESULTS = MappingProxyType({s: s.lower() for s in (HIT, MISS, REFRESH, DISABLED)})  # metrics'
 REFRESH_HEADER, NAMESPACE_HEADER = "x-portkey-cache-force-refresh", "x-portkey-cache-namespace"
 CACHE_EVENT = "gateway.cache"
 TRUTH = {"true": True, "false": False}
@@ -96,8 +101,10 @@ def _state(flow: Flow[R, A, K], policy: CachePolicy) -> Cached:
 
 def _asked(headers: Mapping[str, str]) -> tuple[bool, bool]:
     """What the caller asked of the cache: to refresh the entry, or to skip the cache."""
-    directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
-    force = headers.get(REFRESH_HEADER)
+    control, force = headers.get("cache-control"), headers.get(REFRESH_HEADER)
+    if control is None and force is None:  # most requests
+        return False, False
+    directives = {d.strip().lower() for d in (control or "").split(",")}
     forced = False
     if force is not None:
         if force.strip().lower() not in TRUTH:
@@ -126,9 +133,7 @@ def _key(flow: Flow[R, A, K], caching: Caching[A, K], namespace: str | None) -> 
     fields = req.fields
     shaping = {k: fields[k] for k in sorted(fields) if k not in caching.neutral and k != "stream"}
     material = [_owner(principal), namespace, flow.endpoint.name, req.model, shaping]
-    digest = hashlib.sha256(plan.scope())
-    digest.update(jsonline.dumps(material, 0))
-    return digest.hexdigest().encode()
+    return hashlib.sha256(plan.scope() + jsonline.dumps(material, 0)).hexdigest().encode()
 
 
 def _owner(principal: Principal) -> list[str]:
@@ -171,14 +176,14 @@ async def _waited(flight: asyncio.Future[bytes | None], flow: Flow[R, A, K]) -> 
 
 def _tell(flow: Flow[R, A, K], state: Cached, entry: Entry | None) -> None:
     """The status on the answer (and its age on a hit), in the metrics, and on the trace."""
-    headers = [(STATUS_HEADER, state.status.encode())]
+    status = STATUS_HEADERS[state.status]
     age = None
-    if entry is not None:
+    if entry is None:
+        flow.reply.add_headers([status])
+    else:
         age = max(0, int(time.time() - entry.stored_at))
-        headers.append((b"age", b"%d" % age))
-    flow.reply.add_headers(headers)
-    rt = flow.inbound.runtime
-    rt.metrics.cache_request(flow.record.model, state.status.lower())
+        flow.reply.add_headers([status, (b"age", b"%d" % age)])
+    flow.inbound.runtime.metrics.cache_request(flow.record.model, RESULTS[state.status])
     if flow.trace is not None:
         attributes: dict[str, Any] = {"gateway.cache.result": state.status.lower()}
         if age is not None:
@@ -217,8 +222,7 @@ def _replayed(flow: Flow[R, A, K], entry: Entry) -> None:
     req = flow.request
     assert req is not None
     caching = flow.endpoint.caching
-    target = Target(req.model, entry.provider, entry.model)
-    flow.call = Call(target, entry.dropped, _never, None, entry.shape)
+    flow.call = Call(_target(flow, entry), entry.dropped, _never, None, entry.shape)
     if not flow.streams:
         if caching.fresh is not None:
             caching.fresh(entry.answer, flow.created)
@@ -232,6 +236,16 @@ def _replayed(flow: Flow[R, A, K], entry: Entry) -> None:
         for chunk in chunks:
             caching.fresh(chunk, flow.created)
     flow.stream = Stream(list(chunks), _no_more())  # type: ignore[arg-type]
+
+
+def _target(flow: Flow[R, A, K], entry: Entry) -> Target:
+    """The target that made the entry: the plan's first one, most often (no new one made)."""
+    req, plan = flow.request, flow.plan
+    assert req is not None and plan is not None
+    target = plan.first()[1]
+    if (target.provider, target.model) == (entry.provider, entry.model):
+        return target
+    return Target(req.model, entry.provider, entry.model)
 
 
 async def _never() -> Any:
