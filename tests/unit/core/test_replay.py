@@ -203,6 +203,12 @@ def test_a_completions_answer_as_its_stream() -> None:
 # ---------------------------------------------------------------- chat
 
 
+def opened(index: int, call_id: str, name: str, arguments: str) -> Json:
+    """A tool call's first delta: its id, type and name, and the first of its arguments."""
+    return {"index": index, "id": call_id, "type": "function",
+            "function": {"name": name, "arguments": arguments}}  # fmt: skip
+
+
 def chat_choice(index: int, delta: Json, finish: str | None = None, **more: Any) -> Json:
     return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish, **more}
 
@@ -217,16 +223,7 @@ def test_tool_calls_split_over_deltas() -> None:
             "choices": [
                 chat_choice(
                     0,
-                    {
-                        "tool_calls": [
-                            {
-                                "index": 0,
-                                "id": "call_a",
-                                "type": "function",
-                                "function": {"name": "weather", "arguments": ""},
-                            }
-                        ]
-                    },
+                    {"tool_calls": [opened(0, "call_a", "weather", "")]},
                 )
             ],
             "prompt_token_ids": [1, 2, 3],
@@ -238,12 +235,7 @@ def test_tool_calls_split_over_deltas() -> None:
                     {
                         "tool_calls": [
                             {"index": 0, "function": {"arguments": '{"ci'}},
-                            {
-                                "index": 1,
-                                "id": "call_b",
-                                "type": "function",
-                                "function": {"name": "time", "arguments": "{"},
-                            },
+                            opened(1, "call_b", "time", "{"),
                         ]
                     },
                 )
@@ -1244,16 +1236,7 @@ def test_the_sdk_reads_the_hand_written_tool_call_stream_as_chat_of_does() -> No
             "choices": [
                 chat_choice(
                     0,
-                    {
-                        "tool_calls": [
-                            {
-                                "index": 0,
-                                "id": "call_a",
-                                "type": "function",
-                                "function": {"name": "weather", "arguments": '{"ci'},
-                            }
-                        ]
-                    },
+                    {"tool_calls": [opened(0, "call_a", "weather", '{"ci')]},
                 )
             ]
         },
@@ -1264,12 +1247,7 @@ def test_the_sdk_reads_the_hand_written_tool_call_stream_as_chat_of_does() -> No
                     {
                         "tool_calls": [
                             {"index": 0, "function": {"arguments": 'ty": 1}'}},
-                            {
-                                "index": 1,
-                                "id": "call_b",
-                                "type": "function",
-                                "function": {"name": "time", "arguments": "{}"},
-                            },
+                            opened(1, "call_b", "time", "{}"),
                         ]
                     },
                 )
