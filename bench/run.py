@@ -770,6 +770,9 @@ def versus(
         return beside_text(run.scenario, beside or {})
     if run.scenario in CACHE_NAMES:
         c = (cache or {}).get(run.scenario)
+        if c is not None and run.target == RAW_CACHE:
+            floor = c.get("floor_ratio")
+            return "" if floor is None else f"the floor: {floor:.2f}x raw's relay ({c['scenario']})"
         return "" if c is None else cache_text(c)
     c = compared.get(run.target, {}).get(run.scenario)
     if run.scenario in TLS_NAMES:
@@ -1235,6 +1238,8 @@ def run_tls(
 def runs_on(target: Target, scenario: Scenario) -> bool:
     if scenario.targets and target.name not in scenario.targets:
         return False
+    if target.name == RAW_CACHE:  # the cache's floor: its own scenarios only
+        return scenario.name in CACHE_NAMES
     return target.name != MINIMAL or scenario.name in MINIMAL_SCENARIOS
 
 
@@ -1287,6 +1292,8 @@ def report(measured: Measured, args: argparse.Namespace) -> int:
         print(f"RESP  {scenario}: {beside_text(scenario, beside)}")
     for seen in tls_seen.get("cache_upstream", ()):
         name = seen["scenario"]
+        if seen["target"] == RAW_CACHE:  # the floor: in the gateway's line
+            continue
         mine = next(run for run in runs if (run.scenario, run.target) == (name, seen["target"]))
         against = (
             cache_text(cache[name], cpu=True) if name in cache

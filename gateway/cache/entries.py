@@ -6,7 +6,7 @@ no request can change what another is served."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -16,32 +16,35 @@ VERSION = 1  # an entry of another version is a miss (written by another release
 
 
 class Entry(NamedTuple):  # a tuple: made per hit, in a fraction of a dataclass's time
+    stored_at: float  # Unix time: a hit's `age`
+    provider: str  # the target that answered: its provider and model
+    model: str
+    shape: AnswerShape  # the answer's shape (vLLM's server's, or OpenAI's)
+    dropped: Sequence[str]  # the parameters the target dropped (x-gateway-dropped-params)
     answer: Mapping[str, Any]  # the canonical answer, as its endpoint's JSON answer holds it
     # The canonical stream chunks (a Responses stream's events) as the target first streamed
     # them; None: it was first answered whole.
     chunks: Sequence[Mapping[str, Any]] | None
-    provider: str  # the target that answered: its provider and model
-    model: str
-    shape: AnswerShape  # the answer's shape (vLLM's server's, or OpenAI's)
-    dropped: tuple[str, ...]  # the parameters the target dropped (x-gateway-dropped-params)
-    stored_at: float  # Unix time: a hit's `age`
 
     def encode(self) -> bytes:
-        return orjson.dumps(
-            [VERSION, self.stored_at, self.provider, self.model, self.shape, self.dropped,
-             self.answer, self.chunks]
-        )  # fmt: skip
+        return orjson.dumps([VERSION, *self])
+
+
+FIELDS = len(Entry._fields)
+SHAPES = ("openai", "vllm")
 
 
 def decode(data: bytes) -> Entry | None:
     """The entry, or None when it is not one of this version's (or not one at all)."""
     try:
         doc = orjson.loads(data)
-        version, at, provider, model, shape, dropped, answer, chunks = doc
-    except (orjson.JSONDecodeError, TypeError, ValueError):
+    except orjson.JSONDecodeError:
         return None
-    if version != VERSION or not isinstance(answer, dict):
+    if type(doc) is not list or len(doc) != FIELDS + 1 or doc[0] != VERSION:
         return None
-    return Entry(
-        answer, chunks, str(provider), str(model), cast(AnswerShape, shape), tuple(dropped), at
-    )
+    entry = Entry._make(doc[1:])
+    if not (type(entry.provider) is type(entry.model) is str and entry.shape in SHAPES
+            and type(entry.answer) is dict and type(entry.dropped) is list
+            and type(entry.stored_at) in (int, float)):  # fmt: skip
+        return None
+    return entry

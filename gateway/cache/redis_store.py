@@ -42,12 +42,12 @@ class RedisStore:
 
     async def get(self, key: bytes) -> bytes | None:
         """The entry's bytes; None when there is none (or it is not one this gateway reads)."""
-        data = await self._call(self._client.get(self._prefix + key.decode()))
+        data = await self._call(self._client.get(self._prefix + key.hex()))
         return None if data is None else _inflated(data, self._limit)
 
     async def put(self, key: bytes, data: bytes, ttl_s: int) -> int | None:
         """The entry kept for ttl_s; the number of entries, when it was counted."""
-        name, now = self._prefix + key.decode(), time.time()
+        name, now = self._prefix + key.hex(), time.time()
         pipe = self._client.pipeline(transaction=False)
         pipe.set(name, zlib.compress(data, LEVEL), ex=ttl_s)
         pipe.zadd(self._index, {name: now + ttl_s})

@@ -133,7 +133,7 @@ def _key(flow: Flow[R, A, K], caching: Caching[A, K], namespace: str | None) -> 
     fields = req.fields
     shaping = {k: fields[k] for k in sorted(fields) if k not in caching.neutral and k != "stream"}
     material = [_owner(principal), namespace, flow.endpoint.name, req.model, shaping]
-    return hashlib.sha256(plan.scope() + jsonline.dumps(material, 0)).hexdigest().encode()
+    return hashlib.sha256(plan.scope() + jsonline.dumps(material, 0)).digest()
 
 
 def _owner(principal: Principal) -> list[str]:
@@ -222,7 +222,8 @@ def _replayed(flow: Flow[R, A, K], entry: Entry) -> None:
     req = flow.request
     assert req is not None
     caching = flow.endpoint.caching
-    flow.call = Call(_target(flow, entry), entry.dropped, _never, None, entry.shape)
+    dropped = tuple(entry.dropped) if entry.dropped else ()
+    flow.call = Call(_target(flow, entry), dropped, _never, None, entry.shape)
     if not flow.streams:
         if caching.fresh is not None:
             caching.fresh(entry.answer, flow.created)
@@ -288,7 +289,7 @@ async def _put(flow: Flow[R, A, K], state: Cached, answer: A, chunks: list[K] | 
     assert call is not None
     target = call.target
     entry = Entry(
-        answer, chunks, target.provider, target.model, call.answer_shape, call.dropped,
-        time.time(),
+        time.time(), target.provider, target.model, call.answer_shape, call.dropped, answer,
+        chunks,
     )  # fmt: skip
     state.made = await flow.inbound.runtime.cache.put(state.key, entry, state.ttl_s)

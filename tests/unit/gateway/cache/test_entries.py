@@ -12,12 +12,12 @@ ANSWER = {"choices": [{"index": 0, "text": "hi", "logprobs": None, "finish_reaso
 
 
 def test_an_entry_decodes_as_it_was_put() -> None:
-    entry = Entry(ANSWER, [{"choices": []}], "up", "gpt", "vllm", ("top_k",), 12.5)
+    entry = Entry(12.5, "up", "gpt", "vllm", ["top_k"], ANSWER, [{"choices": []}])
     assert decode(entry.encode()) == entry
 
 
 def test_each_decode_is_its_own_copy() -> None:
-    data = Entry(ANSWER, None, "up", "gpt", "openai", (), 1.0).encode()
+    data = Entry(1.0, "up", "gpt", "openai", (), ANSWER, None).encode()
     first, second = decode(data), decode(data)
     assert first is not None and second is not None
     first.answer["choices"][0]["text"] = "changed"
@@ -29,3 +29,6 @@ def test_what_is_not_an_entry_is_a_miss() -> None:
     assert decode(orjson.dumps([2, 1.0, "up", "m", "openai", [], ANSWER, None])) is None
     assert decode(orjson.dumps({"answer": ANSWER})) is None
     assert decode(orjson.dumps([1, 1.0, "up", "m", "openai", [], [], None])) is None
+    assert decode(orjson.dumps([1, 1.0, "up", "m", "other", [], ANSWER, None])) is None
+    assert decode(orjson.dumps([1, 1.0, 7, "m", "openai", [], ANSWER, None])) is None
+    assert decode(orjson.dumps([1, 1.0, "up", "m", "openai", [], ANSWER])) is None
