@@ -144,15 +144,7 @@ def _logprobs(
 
 def completion_of(chunks: Sequence[Chunk]) -> Completion | None:
     """The whole answer a completions stream meant; None when it did not end every choice."""
-    choices = _choices(c for chunk in chunks for c in chunk["choices"])
-    if not _ended(choices):
-        return None
-    answer = {
-        "choices": [_completion_choice(deltas) for deltas in choices],
-        "usage": _usage(chunks),
-        **_merged(chunks, COMPLETION_TOP),
-    }
-    return cast(Completion, answer)
+    return cast("Completion | None", _whole(chunks, _completion_choice, COMPLETION_TOP))
 
 
 def _completion_choice(deltas: list[Choice]) -> Choice:
@@ -168,15 +160,22 @@ def _completion_choice(deltas: list[Choice]) -> Choice:
 
 def chat_of(chunks: Sequence[ChatChunk]) -> ChatCompletion | None:
     """The whole answer a chat stream meant; None when it did not end every choice."""
+    return cast("ChatCompletion | None", _whole(chunks, _chat_choice, CHAT_TOP))
+
+
+def _whole(
+    chunks: Sequence[Any], choice: Callable[[list[Any]], Any], top: Mapping[str, Rule]
+) -> dict[str, Any] | None:
+    """A stream's answer: each choice made whole from its deltas by `choice`, the usage
+    chunk's usage, and the chunks' own fields by `top`; None unless every choice ended."""
     choices = _choices(c for chunk in chunks for c in chunk["choices"])
     if not _ended(choices):
         return None
-    answer = {
-        "choices": [_chat_choice(deltas) for deltas in choices],
+    return {
+        "choices": [choice(deltas) for deltas in choices],
         "usage": _usage(chunks),
-        **_merged(chunks, CHAT_TOP),
+        **_merged(chunks, top),
     }
-    return cast(ChatCompletion, answer)
 
 
 def _chat_choice(deltas: list[ChatChunkChoice]) -> ChatChoice:
